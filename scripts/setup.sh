@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One-time set-up of a fresh Debian 12 machine (run as root): the Debian packages the local sandbox
+# needs and a virtualenv in .venv with the project and its test tools. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v mkfs.btrfs >/dev/null 2>&1 || need_apt+=(btrfs-progs)
+command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: need root to install ${need_apt[*]}" >&2; exit 1
+  fi
+  echo "setup: installing Debian packages: ${need_apt[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv" >&2
+  "$PY" -m venv .venv
+fi
+extras=${1:-}
+if [ -n "$extras" ]; then spec=".[$extras]"; else spec="."; fi
+stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)-${extras:-base}"
+if [ ! -e "$stamp" ]; then
+  echo "setup: installing hermes-sandboxes${extras:+ [$extras]} into .venv" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
+  touch "$stamp"
+fi

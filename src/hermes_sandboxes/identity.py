@@ -1,0 +1,36 @@
+"""Sandbox names: one rule for every backend and every face (CLI, Python API, Hermes plugin)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from hermes_sandboxes.errors import InvalidInput
+
+MAX_NAME_LENGTH = 63  # a DNS label, so a name can become a hostname or a cloud resource name
+_NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+def is_valid_name(name: str) -> bool:
+    return len(name) <= MAX_NAME_LENGTH and _NAME_RE.match(name) is not None
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a valid sandbox name, else raise InvalidInput saying why."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInput("sandbox name is empty: use lowercase letters, digits and single hyphens")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidInput(f"sandbox name {name[:20]!r}... is {len(name)} characters; at most 63 are allowed")
+    if not _NAME_RE.match(name):
+        raise InvalidInput(
+            f"invalid sandbox name {name!r}: use lowercase letters, digits and single hyphens, "
+            "not starting or ending with a hyphen"
+        )
+    return name
+
+
+def unique_name(prefix: str) -> str:
+    """A run-unique name under ``prefix`` (itself a valid name), for ephemeral sandboxes."""
+    validate_name(prefix)
+    suffix = secrets.token_hex(5)
+    return validate_name(f"{prefix[: MAX_NAME_LENGTH - len(suffix) - 1]}-{suffix}")
