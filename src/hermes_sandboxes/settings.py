@@ -1,0 +1,267 @@
+"""Validated settings, one model per backend: a bad value is an error that names its key, never a default.
+
+Settings usually come from YAML (Hermes's ``plugins.entries.<id>.settings``), and YAML 1.1 turns bare
+words into other types: ``off`` and ``no`` become ``False``, ``123`` an int, ``1e3`` a float,
+``null``/``~`` None. The rules here, chosen so nothing is silently coerced:
+
+* ``null`` (None) clears a setting: the key behaves as if it were absent and its default applies.
+* a boolean or number where text is expected is rejected with a hint to quote it, because the
+  user's text has already been lost (``007`` reads back as ``7``).
+* the one exception is ``auto_checkpoint: off`` -> ``False``, which means exactly "off", so ``False``
+  is read as ``"off"``; ``True`` is rejected because it does not say which policy.
+* unknown keys are rejected: a misspelt key would otherwise be ignored without a word.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.sandbox import Limits, NetworkMode, SandboxSpec
+
+MAX_PREFIX_LENGTH = 40
+DEFAULT_NAME_PREFIX = "hermes"
+DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
+STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
+
+_PREFIX_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROGRAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+Scope = Literal["session", "instance"]
+AutoCheckpoint = Literal["off", "risky", "always"]
+
+
+class InvalidSettings(InvalidInput):
+    """A setting is invalid. ``key`` is the full config path, ``reason`` says what to write instead."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def parse_size(text: str | int) -> int:
+    """``"2G"`` -> 2147483648. Units K, M, G, T are powers of 1024; a bare number is bytes."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
+    if isinstance(text, int):
+        if text <= 0:
+            raise InvalidInput(f"size must be positive, got {text}")
+        return text
+    match = _SIZE_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
+    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+    if value < 1:
+        raise InvalidInput(f"size must be at least one byte, got {text!r}")
+    return int(value)
+
+
+def _yaml_hint(value: object, expected: str) -> str:
+    kind = "a boolean" if isinstance(value, bool) else type(value).__name__
+    return f"YAML read {value!r} as {kind}; expected {expected} (put the value in quotes)"
+
+
+def _require_text(value: object, expected: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(_yaml_hint(value, expected))
+    return value
+
+
+def _require_number(value: object, expected: str) -> int | float:
+    # bool is an int subclass: `pids: yes` must not become 1.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"got {value!r}; expected {expected}")
+    return value
+
+
+class BackendSettings(BaseModel):
+    """Settings every backend shares. Subclasses add their backend's own keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    backend_id: ClassVar[str] = ""
+
+    name_prefix: str = DEFAULT_NAME_PREFIX
+    scope: Scope = "session"
+    auto_checkpoint: AutoCheckpoint = "risky"
+    retention: int = Field(default=20, description="automatic checkpoints kept per sandbox")
+    credentials: dict[str, str] = Field(default_factory=dict)
+    protected_paths: tuple[str, ...] = ()
+
+    @field_validator("name_prefix", mode="before")
+    @classmethod
+    def _prefix(cls, value: object) -> str:
+        text = _require_text(value, "lowercase letters, digits and single hyphens")
+        if len(text) > MAX_PREFIX_LENGTH:
+            raise ValueError(f"{text!r} is {len(text)} characters; at most {MAX_PREFIX_LENGTH} are allowed")
+        if not _PREFIX_RE.match(text):
+            raise ValueError(
+                f"{text!r} is not allowed: use lowercase letters, digits and single hyphens, "
+                "not starting or ending with a hyphen"
+            )
+        return text
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _scope(cls, value: object) -> str:
+        text = _require_text(value, "'session' or 'instance'")
+        if text not in ("session", "instance"):
+            raise ValueError(f"{text!r} is not a scope; use 'session' or 'instance'")
+        return text
+
+    @field_validator("auto_checkpoint", mode="before")
+    @classmethod
+    def _auto_checkpoint(cls, value: object) -> str:
+        if value is False:  # `auto_checkpoint: off` unquoted: YAML 1.1 says False, the user said off
+            return "off"
+        if value is True:
+            raise ValueError("true does not say which policy; use 'risky' or 'always'")
+        text = _require_text(value, "'off', 'risky' or 'always'")
+        if text not in ("off", "risky", "always"):
+            raise ValueError(f"{text!r} is not a policy; use 'off', 'risky' or 'always'")
+        return text
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _retention(cls, value: object) -> int:
+        number = _require_number(value, "a whole number of checkpoints, at least 1")
+        if not isinstance(number, int) or number < 1:
+            raise ValueError(f"got {value!r}; expected a whole number of checkpoints, at least 1")
+        return number
+
+    @field_validator("credentials", mode="before")
+    @classmethod
+    def _credentials(cls, value: object) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise ValueError("expected a mapping of program to secret name, e.g. {flyctl: FLY_API_TOKEN}")
+        result: dict[str, str] = {}
+        for program, secret in value.items():
+            if not isinstance(program, str) or not _PROGRAM_RE.match(program):
+                raise ValueError(f"{program!r} is not a program name (a bare name such as flyctl, no path)")
+            if not isinstance(secret, str) or not _SECRET_NAME_RE.match(secret):
+                raise ValueError(f"secret for {program!r} must be an env variable name, got {secret!r}")
+            result[program] = secret
+        return result
+
+    @field_validator("protected_paths", mode="before")
+    @classmethod
+    def _protected(cls, value: object) -> tuple[str, ...]:
+        return _absolute_paths(value)
+
+
+def _absolute_paths(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError("expected a list of absolute paths")
+    for item in value:
+        if not isinstance(item, str) or not item.startswith("/"):
+            raise ValueError(f"{item!r} is not an absolute path")
+    return tuple(value)
+
+
+S = TypeVar("S", bound=BackendSettings)
+
+
+class LocalSettings(BackendSettings):
+    """Settings of the local sandbox backend (plugin id ``sandbox``)."""
+
+    backend_id: ClassVar[str] = "sandbox"
+
+    network: NetworkMode = "none"
+    memory: int | None = Field(default=None, description="bytes; written as a size such as 2G")
+    pids: int | None = None
+    cpus: float | None = None
+    base: str | None = None
+    masks: tuple[str, ...] = ()
+    home: str | None = Field(default=None, description=f"store directory; else ${STORE_HOME_ENV}")
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, value: object) -> str:
+        text = _require_text(value, "'none', 'loopback' or 'host'")
+        if text not in ("none", "loopback", "host"):
+            raise ValueError(f"{text!r} is not a network mode; use 'none', 'loopback' or 'host'")
+        return text
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: object) -> int:
+        # A bare YAML number is refused: 2048 could mean bytes or megabytes.
+        text = _require_text(value, "a size with a unit, e.g. 512M or 2G")
+        try:
+            size = parse_size(text)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        if size < 16 * 1024**2:
+            raise ValueError(f"{text!r} is too small for a shell; use at least 16M")
+        return size
+
+    @field_validator("pids", mode="before")
+    @classmethod
+    def _pids(cls, value: object) -> int:
+        number = _require_number(value, "a whole number of processes, at least 8")
+        if not isinstance(number, int) or number < 8:
+            raise ValueError(f"got {value!r}; expected a whole number of processes, at least 8")
+        return number
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpus(cls, value: object) -> float:
+        number = _require_number(value, "a number of CPUs such as 0.5 or 2")
+        if number <= 0 or number > 1024:
+            raise ValueError(f"got {value!r}; expected a number of CPUs between 0 and 1024")
+        return float(number)
+
+    @field_validator("base", "home", mode="before")
+    @classmethod
+    def _directory(cls, value: object) -> str:
+        text = _require_text(value, "an absolute directory path")
+        if not text.startswith("/"):
+            raise ValueError(f"{text!r} is not an absolute path")
+        return text
+
+    @field_validator("masks", mode="before")
+    @classmethod
+    def _masks(cls, value: object) -> tuple[str, ...]:
+        return _absolute_paths(value)
+
+    def spec(self) -> SandboxSpec:
+        return SandboxSpec(
+            network=self.network,
+            limits=Limits(memory_bytes=self.memory, pids=self.pids, cpus=self.cpus),
+            base=self.base,
+            masks=self.masks,
+        )
+
+    def store_home(self) -> Path:
+        return Path(self.home or os.environ.get(STORE_HOME_ENV) or DEFAULT_STORE_HOME)
+
+
+def validate_settings(model: type[S], raw: object, *, where: str) -> S:
+    """Build ``model`` from ``raw`` (a mapping or None), or raise InvalidSettings naming the key.
+
+    ``where`` is the config path of the mapping, e.g. ``plugins.entries.sandbox.settings``.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise InvalidSettings(where, f"expected a mapping of settings, got {type(raw).__name__}")
+    cleared = {key: value for key, value in raw.items() if value is not None}
+    try:
+        return model.model_validate(cleared)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(sorted(model.model_fields))
+            raise InvalidSettings(f"{where}.{loc}", f"unknown setting; known settings are {known}") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise InvalidSettings(f"{where}.{loc}", message) from None
