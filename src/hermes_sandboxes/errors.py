@@ -41,3 +41,7 @@ class SandboxBusy(SandboxError):
 
 class ExecFailed(SandboxError):
     """The command could not be started or its connection to the sandbox was lost."""
+
+
+class SandboxFileNotFound(SandboxError, FileNotFoundError):
+    """A path asked for inside the sandbox does not exist there."""

@@ -170,11 +170,7 @@ class Process(ABC):
     @property
     @abstractmethod
     def returncode(self) -> int | None:
-        """The exit code once the command has finished, else None (124 after a timeout kill)."""
-
-    @property
-    @abstractmethod
-    def timed_out(self) -> bool: ...
+        """The exit code once the command has finished, else None (128+N when killed by signal N)."""
 
     @abstractmethod
     def wait(self, timeout: float | None = None) -> int | None:
@@ -245,16 +241,18 @@ class Sandbox(ABC):
             on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr),
         )
         code = proc.wait(timeout)
-        if code is None:
+        timed_out = code is None
+        if timed_out:
             proc.kill()
-            code = proc.wait()
+            proc.wait()
+            code = TIMEOUT_EXIT_CODE
         assert code is not None
         return ExecResult(
             exit_code=code,
             stdout=out.text(),
             stderr=err.text(),
             duration_s=time.monotonic() - started,
-            timed_out=proc.timed_out,
+            timed_out=timed_out,
             truncated=out.truncated or err.truncated,
         )
 
