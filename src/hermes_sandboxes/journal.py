@@ -1,0 +1,561 @@
+"""An append-only JSON-lines event log: each sandbox's checkpoint journal and the global audit log.
+
+One class serves both; only the path differs (see ``journal_path`` and ``audit_path``).
+
+Durability and concurrency, the guarantees the rest of the package relies on:
+
+- Every append is a single ``write()`` of one complete line on an ``O_APPEND`` descriptor, under
+  ``flock(LOCK_EX)``, followed by ``fdatasync`` unless the journal was opened with ``durable=False``.
+  Two processes (or threads) never interleave their lines.
+- A writer that dies mid-line leaves a torn line with no newline. The next writer sees that the file
+  does not end with a newline and terminates it first, so the torn bytes stay on a line of their own.
+- Readers take no lock: every line a writer finishes ends with the newline it wrote last, so a reader
+  racing a writer sees at worst an unterminated tail, which it skips. Torn or invalid lines are
+  skipped, never raised on; a missing file reads as empty.
+- Strings are passed through the ``redact`` callable before they reach the disk, even though callers
+  redact already: the log outlives the process, so it gets a second line of defence.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from hermes_sandboxes.errors import InvalidInput, SandboxError
+from hermes_sandboxes.identity import validate_name
+
+SCHEMA_VERSION = 1
+Trigger = Literal["manual", "auto", "agent"]
+TRIGGERS: tuple[Trigger, ...] = ("manual", "auto", "agent")
+DeleteReason = Literal["manual", "retention"]
+DELETE_REASONS: tuple[DeleteReason, ...] = ("manual", "retention")
+Redactor = Callable[[str], str]
+
+# Keeps one line well under a page-sized write and the journal readable when an agent sends a
+# megabyte heredoc; the head of a command says what it was.
+MAX_FIELD_CHARS = 8192
+MAX_OUTPUT_TAIL_CHARS = 2048
+_TRUNCATION_MARK = "…[truncated {} chars]"
+# Fields whose values we generate (or validate) ourselves; redacting them could only corrupt the
+# structure of the log, never hide a secret.
+_STRUCTURAL_FIELDS = frozenset({"v", "ts", "type", "sandbox", "id", "trigger", "reason"})
+
+
+def journal_path(home: Path, sandbox: str) -> Path:
+    """Where a sandbox's checkpoint journal lives under a backend's home directory."""
+    return home / "journals" / f"{validate_name(sandbox)}.jsonl"
+
+
+def audit_path(home: Path) -> Path:
+    """Where the audit log of every sandbox under ``home`` lives."""
+    return home / "audit.jsonl"
+
+
+def command_text(command: str | Sequence[str]) -> str:
+    """The one-line form a command is recorded under (argv lists are shell-quoted)."""
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+# ---------------------------------------------------------------------------------------------
+# Records: one frozen dataclass per event type, each knowing its own fields.
+
+
+class _Invalid(Exception):
+    """A line parsed as JSON but is not a record we understand; readers skip it."""
+
+
+def _get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    # bool is an int subclass; a count or an exit code must not be True.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+        raise _Invalid(key)
+    return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordBase:
+    """What every record has; the concrete types below add their own fields."""
+
+    TYPE: ClassVar[str]
+    sandbox: str
+    ts: float = field(default_factory=time.time)
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": SCHEMA_VERSION, "ts": self.ts, "sandbox": self.sandbox, "type": self.TYPE,
+                **self.fields()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateRecord(RecordBase):
+    TYPE: ClassVar[str] = "create"
+    backend: str | None = None
+    ephemeral: bool | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"backend": self.backend, "ephemeral": self.ephemeral}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CreateRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"], backend=_get(d, "backend", str, optional=True),
+                   ephemeral=_get(d, "ephemeral", bool, optional=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecRecord(RecordBase):
+    """A command and how it ended. ``exit_code`` is None when it could not run (see ``error``)."""
+
+    TYPE: ClassVar[str] = "exec"
+    command: str
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    origin: Mapping[str, str] = field(default_factory=dict)  # e.g. task id, session id
+    error: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"command": self.command, "exit_code": self.exit_code,
+                               "duration_s": self.duration_s, "timed_out": self.timed_out}
+        if self.origin:
+            out["origin"] = {str(k): str(v) for k, v in self.origin.items()}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ExecRecord:
+        origin = d.get("origin") or {}
+        if not isinstance(origin, Mapping):
+            raise _Invalid("origin")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], command=_get(d, "command", str),
+                   exit_code=_get(d, "exit_code", int, optional=True),
+                   duration_s=float(_get(d, "duration_s", (int, float))),
+                   timed_out=bool(_get(d, "timed_out", bool, optional=True)),
+                   origin={str(k): str(v) for k, v in origin.items()},
+                   error=_get(d, "error", str, optional=True))
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """The configured health command's result, taken just before a checkpoint."""
+
+    command: str
+    exit_code: int
+    passed: bool
+    output_tail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"command": self.command, "exit_code": self.exit_code, "passed": self.passed,
+                "output_tail": self.output_tail[-MAX_OUTPUT_TAIL_CHARS:]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HealthCheck:
+        return cls(command=_get(d, "command", str), exit_code=_get(d, "exit_code", int),
+                   passed=_get(d, "passed", bool),
+                   output_tail=_get(d, "output_tail", str, optional=True) or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRecord(RecordBase):
+    TYPE: ClassVar[str] = "checkpoint"
+    id: str
+    comment: str = ""
+    trigger: Trigger = "manual"
+    trigger_command: str | None = None  # the risky command an automatic checkpoint protects against
+    layer_bytes: int | None = None
+    health: HealthCheck | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"id": self.id, "comment": self.comment, "trigger": self.trigger,
+                "trigger_command": self.trigger_command, "layer_bytes": self.layer_bytes,
+                "health": self.health.to_dict() if self.health else None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckpointRecord:
+        trigger = _get(d, "trigger", str)
+        if trigger not in TRIGGERS:
+            raise _Invalid("trigger")
+        health = d.get("health")
+        if health is not None and not isinstance(health, Mapping):
+            raise _Invalid("health")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str),
+                   comment=_get(d, "comment", str, optional=True) or "", trigger=trigger,
+                   trigger_command=_get(d, "trigger_command", str, optional=True),
+                   layer_bytes=_get(d, "layer_bytes", int, optional=True),
+                   health=HealthCheck.from_dict(health) if health is not None else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreRecord(RecordBase):
+    TYPE: ClassVar[str] = "restore"
+    id: str
+    discarded: int  # commands whose effects the restore threw away
+
+    def fields(self) -> dict[str, Any]:
+        return {"id": self.id, "discarded": self.discarded}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RestoreRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str),
+                   discarded=_get(d, "discarded", int))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointDeleteRecord(RecordBase):
+    TYPE: ClassVar[str] = "checkpoint_delete"
+    id: str
+    reason: DeleteReason = "manual"
+
+    def fields(self) -> dict[str, Any]:
+        return {"id": self.id, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckpointDeleteRecord:
+        reason = _get(d, "reason", str)
+        if reason not in DELETE_REASONS:
+            raise _Invalid("reason")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str), reason=reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DestroyRecord(RecordBase):
+    TYPE: ClassVar[str] = "destroy"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DestroyRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"])
+
+
+Record = CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord | DestroyRecord
+R = TypeVar("R", bound=RecordBase)
+_KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
+    kind.TYPE: kind.from_dict
+    for kind in (CreateRecord, ExecRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
+                 DestroyRecord)
+}
+
+
+def parse_record(data: Any) -> Record | None:
+    """The typed record for one decoded line, or None if it is not one we understand.
+
+    Lines with a newer schema version are read as far as their known fields go (extra fields are
+    ignored), so an older reader still shows a newer writer's story."""
+    if not isinstance(data, Mapping):
+        return None
+    parse = _KINDS.get(str(data.get("type")))
+    try:
+        if (parse is None or not isinstance(data.get("sandbox"), str)
+                or not isinstance(data.get("v"), int) or isinstance(data.get("v"), bool)
+                or not isinstance(data.get("ts"), int | float) or isinstance(data.get("ts"), bool)):
+            return None
+        return parse({**data, "ts": float(data["ts"])})
+    except (_Invalid, KeyError, TypeError, ValueError):
+        return None
+
+
+def _scrub_record(data: Mapping[str, Any], redact: Redactor) -> dict[str, Any]:
+    """Redact and clip every string in a record's dict, keeping its structural fields as they are."""
+    return {k: v if k in _STRUCTURAL_FIELDS else _scrub(v, redact) for k, v in data.items()}
+
+
+def _scrub(value: Any, redact: Redactor) -> Any:
+    if isinstance(value, str):
+        value = redact(value)
+        if len(value) > MAX_FIELD_CHARS:
+            dropped = len(value) - MAX_FIELD_CHARS
+            value = value[:MAX_FIELD_CHARS] + _TRUNCATION_MARK.format(dropped)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _scrub(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v, redact) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The file.
+
+
+def _no_redaction(text: str) -> str:
+    return text
+
+
+class Journal:
+    """An append-only JSON-lines log at ``path`` (created with its directory on first append)."""
+
+    def __init__(self, path: Path, *, durable: bool = True, redact: Redactor | None = None) -> None:
+        self._path = Path(path)
+        self._durable = durable
+        self._redact = redact or _no_redaction
+        # flock does not exclude threads sharing one descriptor, so threads also take this lock.
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._fd_pid = 0
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def durable(self) -> bool:
+        return self._durable
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None and self._fd_pid == os.getpid():
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def append(self, record: R) -> R:
+        """Write one record durably; returns it as stored (redacted, clipped)."""
+        data = _scrub_record(record.to_dict(), self._redact)
+        line = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        self._write_line(line.encode("utf-8") + b"\n")
+        stored = parse_record(data)
+        assert isinstance(stored, type(record))
+        return stored
+
+    def _write_line(self, line: bytes) -> None:
+        with self._lock:
+            fd = self._writable_fd()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # isolate the torn line a dead writer left behind
+                view = memoryview(line)
+                while view:  # a regular file takes it in one go; loop only for a short write
+                    view = view[os.write(fd, view):]
+                if self._durable:
+                    _datasync(fd)
+            except OSError as exc:
+                raise SandboxError(
+                    f"cannot append to journal {self._path}: {exc.strerror or exc}; "
+                    "check that its directory is writable and the disk is not full"
+                ) from exc
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _writable_fd(self) -> int:
+        """The open descriptor, reopened after a fork (a shared descriptor shares its flock) or when
+        the path no longer names the file we hold (deleted or replaced)."""
+        if self._fd is not None and self._fd_pid == os.getpid():
+            try:
+                if os.stat(self._path).st_ino == os.fstat(self._fd).st_ino:
+                    return self._fd
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)
+        self._fd = None
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+            try:
+                fd = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                if self._durable:  # make the new directory entry itself survive a crash
+                    _sync_dir(self._path.parent)
+            except FileExistsError:
+                fd = os.open(self._path, flags)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot open journal {self._path}: {exc.strerror or exc}; check the directory's permissions"
+            ) from exc
+        self._fd, self._fd_pid = fd, os.getpid()
+        return fd
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def raw(self) -> Iterator[dict[str, Any]]:
+        """Every complete line that decodes to a JSON object, in file order."""
+        try:
+            f = open(self._path, "rb")  # noqa: SIM115 - closed below; FileNotFoundError is the common case
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SandboxError(f"cannot read journal {self._path}: {exc.strerror or exc}") from exc
+        with f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    return  # a writer is mid-line or died there
+                try:
+                    data = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(data, dict):
+                    yield data
+
+    def records(self, *, sandbox: str | None = None) -> list[Record]:
+        """Typed records, oldest first, optionally only one sandbox's."""
+        out: list[Record] = []
+        for data in self.raw():
+            record = parse_record(data)
+            if record is not None and (sandbox is None or record.sandbox == sandbox):
+                out.append(record)
+        return out
+
+    def records_of(self, kind: type[R], *, sandbox: str | None = None) -> list[R]:
+        return [r for r in self.records(sandbox=sandbox) if isinstance(r, kind)]
+
+    def story(self, sandbox: str | None = None) -> Story:
+        return fold_story(self.records(sandbox=sandbox))
+
+    def commands_since(self, checkpoint_id: str, *, sandbox: str | None = None,
+                       created_at: float | None = None) -> list[ExecRecord] | None:
+        return self.story(sandbox).commands_since(checkpoint_id, created_at=created_at)
+
+
+def _datasync(fd: int) -> None:
+    # fdatasync suffices for an append (it flushes the size); macOS only has fsync.
+    sync = getattr(os, "fdatasync", os.fsync)
+    sync(fd)
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The story: what happened between checkpoints, folded from the records.
+
+
+@dataclass(frozen=True)
+class CheckpointStory:
+    record: CheckpointRecord
+    previous: str | None  # the checkpoint this one's state grew from (taken or restored to)
+    commands: tuple[ExecRecord, ...]  # run between ``previous`` and this checkpoint
+    deleted: CheckpointDeleteRecord | None = None
+
+
+@dataclass(frozen=True)
+class _Node:
+    """One step of a lineage: commands chain back to the start, restores jump to an old chain.
+
+    Sharing the chains keeps the fold linear however many checkpoints there are."""
+
+    parent: _Node | None
+    depth: int
+    command: ExecRecord | None  # None marks the start of a checkpoint the journal never saw taken
+
+
+class Story:
+    """The fold of one sandbox's records. Build it with ``fold_story``."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.checkpoints: dict[str, CheckpointStory] = {}
+        self.restores: list[RestoreRecord] = []
+        self._at: dict[str, _Node | None] = {}  # each checkpoint's lineage when it was taken
+        self._head: _Node | None = None
+        self._base: str | None = None
+        self._pending: list[ExecRecord] = []
+
+    def get(self, checkpoint_id: str) -> CheckpointStory | None:
+        return self.checkpoints.get(checkpoint_id)
+
+    def commands_since(
+        self, checkpoint_id: str, *, created_at: float | None = None
+    ) -> list[ExecRecord] | None:
+        """The commands a restore to ``checkpoint_id`` would throw away, oldest first.
+
+        Those are the commands of the current lineage that the checkpoint's lineage does not share,
+        so commands already discarded by an earlier restore do not count twice. For a checkpoint
+        the journal never saw, ``created_at`` (its creation time) selects the later commands;
+        without it the answer is None (unknown)."""
+        if checkpoint_id not in self._at:
+            if created_at is None:
+                return None
+            return [n.command for n in self._walk(self._head, stop=lambda n: n.command is not None
+                                                  and n.command.ts <= created_at) if n.command]
+        target = self._at[checkpoint_id]
+        ancestor = _common_ancestor(self._head, target)
+        return [n.command for n in self._walk(self._head, stop=lambda n: n is ancestor) if n.command]
+
+    @staticmethod
+    def _walk(node: _Node | None, stop: Callable[[_Node], bool]) -> list[_Node]:
+        out: list[_Node] = []
+        while node is not None and not stop(node):
+            out.append(node)
+            node = node.parent
+        out.reverse()
+        return out
+
+    def _apply(self, record: Record) -> None:
+        if isinstance(record, ExecRecord):
+            depth = self._head.depth + 1 if self._head else 1
+            self._head = _Node(self._head, depth, record)
+            self._pending.append(record)
+        elif isinstance(record, CheckpointRecord):
+            self.checkpoints[record.id] = CheckpointStory(record, self._base, tuple(self._pending))
+            self._at[record.id] = self._head
+            self._base, self._pending = record.id, []
+        elif isinstance(record, RestoreRecord):
+            if record.id not in self._at:
+                self._at[record.id] = _Node(None, 1, None)
+            self._head = self._at[record.id]
+            self._base, self._pending = record.id, []
+            self.restores.append(record)
+        elif isinstance(record, CheckpointDeleteRecord):
+            told = self.checkpoints.get(record.id)
+            if told is not None:
+                self.checkpoints[record.id] = CheckpointStory(
+                    told.record, told.previous, told.commands, deleted=record)
+        else:  # create or destroy: a new life for the name, the old checkpoints went with the old one
+            self._reset()
+
+
+def _common_ancestor(a: _Node | None, b: _Node | None) -> _Node | None:
+    def depth(n: _Node | None) -> int:
+        return n.depth if n else 0
+
+    while depth(a) > depth(b):
+        a = a.parent if a else None
+    while depth(b) > depth(a):
+        b = b.parent if b else None
+    while a is not b:
+        a = a.parent if a else None
+        b = b.parent if b else None
+    return a
+
+
+def fold_story(records: Iterable[Record]) -> Story:
+    """Replay records (oldest first) into the story of each checkpoint."""
+    story = Story()
+    for record in records:
+        story._apply(record)
+    return story
+
+
+def validate_trigger(trigger: str) -> Trigger:
+    if trigger not in TRIGGERS:
+        raise InvalidInput(f"unknown checkpoint trigger {trigger!r}: use one of {', '.join(TRIGGERS)}")
+    return trigger
