@@ -1,0 +1,197 @@
+"""The Hermes ``BaseEnvironment`` over any backend's ``Sandbox``: where Hermes's commands actually run.
+
+Hermes keeps the shell semantics (login snapshot, cwd markers, its deadline and interrupt); we supply
+``_run_bash``, which starts ``bash -c <Hermes's wrapper>`` in the sandbox and returns a streaming
+handle whose ``kill()`` kills the command's process tree there. Around each command we add what
+Hermes does not know about: the per-command credentials, redaction, the automatic checkpoint before a
+risky command, file sync that refuses to run against stale state, and the audit origin.
+
+Hermes calls ``cleanup()`` after every turn unless ``_persistent`` is true, and also from its idle
+reaper and at exit. Here ``_persistent`` mirrors ``terminal.container_persistent``: a persistent
+environment's cleanup pulls agent-authored files back and leaves the sandbox as it is; an ephemeral
+one's also destroys its run-unique sandbox.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.environments.base import (  # type: ignore[import-untyped]
+    BaseEnvironment,
+    EnvironmentConnectionError,
+)
+
+from hermes_sandboxes.errors import SandboxError, SandboxNotFound
+from hermes_sandboxes.sandbox import Process, Sandbox
+from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
+from hermes_sandboxes.sync import SandboxFileSync, SyncFailed
+
+from .handle import StreamingHandle
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_HOME = "/root"  # the local backend masks the host's /root and gives commands HOME=/root
+HERMES_DIR = f"{SANDBOX_HOME}/.hermes"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one ``execute()`` call hands to the ``_run_bash`` calls it makes (on another thread)."""
+
+    command: str
+    plan: CredentialPlan
+    origin: Mapping[str, str] = field(default_factory=dict)
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("hermes_sandboxes_call", default=None)
+
+
+@dataclass(frozen=True)
+class EnvironmentOptions:
+    """Everything the provider decides before an environment exists."""
+
+    task_key: str
+    persistent: bool
+    credentials: Mapping[str, str]
+    lookup: SecretLookup
+    sync_lock: threading.Lock
+    reopen: Callable[[], Sandbox] | None  # persistent: resume the sandbox if it vanished
+    before_command: Callable[[str], str] | None = None  # auto checkpoint; returns a note for the model
+
+
+class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
+    """One Hermes task's view of one sandbox."""
+
+    _stdin_mode = "pipe"
+
+    def __init__(self, sandbox: Sandbox, *, cwd: str, timeout: int, options: EnvironmentOptions) -> None:
+        super().__init__(cwd=cwd, timeout=timeout)
+        self.sandbox = sandbox
+        self.options = options
+        self._persistent = options.persistent
+        self._redactor = Redactor()  # every value ever injected here, so a copy written to a file is hidden
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._sync = SandboxFileSync(lambda: self.sandbox, HERMES_DIR, options.sync_lock)
+        try:
+            self._sync.push(force=True)
+        except SyncFailed as exc:
+            raise EnvironmentConnectionError(str(exc)) from exc
+        self.init_session()
+
+    @property
+    def sandbox_name(self) -> str:
+        return self.sandbox.name
+
+    def get_temp_dir(self) -> str:
+        return "/tmp"
+
+    # --- per command -------------------------------------------------------------------------
+    def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
+        if self._closed:
+            raise EnvironmentConnectionError(f"the environment of sandbox {self.sandbox_name} was cleaned up")
+        plan = plan_credentials(command, self.options.credentials, self.options.lookup)
+        for name, value in plan.env.items():
+            self._redactor.add(name, value)
+        notes = [plan.note()]
+        if self.options.before_command is not None:
+            notes.insert(0, self.options.before_command(command))
+        token = _CALL.set(_Call(command=command, plan=plan, origin=self._origin(plan)))
+        try:
+            result: dict[str, Any] = super().execute(command, cwd, **kwargs)
+        finally:
+            _CALL.reset(token)
+        output = self._redactor.redact(str(result.get("output") or ""))
+        extra = "\n".join(n for n in notes if n)
+        result["output"] = f"{output.rstrip()}\n{extra}".lstrip("\n") if extra else output
+        return result
+
+    def _origin(self, plan: CredentialPlan) -> dict[str, str]:
+        origin = {"task": self.options.task_key, "via": "hermes"}
+        session = _session_key()
+        if session:
+            origin["session"] = session
+        if plan.used:
+            origin["credentials"] = ",".join(plan.used)  # names only, never values
+        return origin
+
+    def _before_execute(self) -> None:
+        try:
+            self._sync.push()
+        except SyncFailed as exc:
+            raise EnvironmentConnectionError(str(exc)) from exc
+
+    def _snapshot_excluded_passthrough_names(self) -> tuple[str, ...]:
+        # Names listed here are saved around Hermes's snapshot `source` and left out of its
+        # `export -p` dump, so an injected credential never lands in the snapshot file on disk.
+        names = set(super()._snapshot_excluded_passthrough_names())
+        names.update(self.options.credentials.values())
+        return tuple(sorted(names))
+
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None,
+    ) -> StreamingHandle:
+        call = _CALL.get()
+        env = dict(call.plan.env) if call is not None else {}
+        argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
+        stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
+
+        def start(sink: Callable[[bytes], None]) -> Process:
+            return self._start(argv, env=env, stdin=stdin, sink=sink, call=call)
+
+        return StreamingHandle(start, self._redactor if self._redactor else None)
+
+    def _start(self, argv: list[str], *, env: dict[str, str], stdin: bytes | None,
+               sink: Callable[[bytes], None], call: _Call | None) -> Process:
+        try:
+            return self.sandbox.start(argv, env=env, stdin=stdin, on_stdout=sink, on_stderr=sink)
+        except SandboxNotFound:
+            if self.options.reopen is None:
+                raise
+        # The persistent sandbox was destroyed behind our back (CLI, another host process): resume a
+        # fresh one under the same name and tell the model its files and processes are gone.
+        logger.warning("sandbox %s vanished; creating it again", self.sandbox_name)
+        self.sandbox = self.options.reopen()
+        self._sync.reset()
+        self._sync.push(force=True)
+        self._mark_recreated()
+        return self.sandbox.start(argv, env=env, stdin=stdin, on_stdout=sink, on_stderr=sink)
+
+    def _kill_process(self, proc: Any) -> None:
+        proc.kill()
+
+    # --- after a restore ------------------------------------------------------------------------
+    def after_restore(self) -> None:
+        """The filesystem went back in time: resend ~/.hermes and take a fresh shell snapshot."""
+        self._sync.reset()
+        self._sync.push(force=True)
+        self.init_session()
+
+    # --- teardown -------------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        with self._close_lock:
+            if self._closed or not hasattr(self, "_sync"):
+                return
+            self._closed = True
+        try:
+            if not self._sync.pull():
+                logger.warning("sandbox %s: agent-authored files were not pulled back", self.sandbox_name)
+        finally:
+            if not self._persistent:
+                try:
+                    self.sandbox.destroy()
+                except SandboxError:
+                    logger.warning("could not destroy ephemeral sandbox %s", self.sandbox_name, exc_info=True)
+
+
+def _session_key() -> str:
+    try:
+        from gateway.session_context import get_session_env  # type: ignore[import-untyped]
+    except ImportError:
+        return ""
+    return str(get_session_env("HERMES_SESSION_KEY", "") or "")

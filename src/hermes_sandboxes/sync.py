@@ -1,0 +1,152 @@
+"""Host <-> sandbox file sync for the Hermes plugin, over Hermes's own ``FileSyncManager``.
+
+Hermes decides what to sync (credential files, skills, caches; see ``iter_sync_files``) and keeps the
+mtime/size bookkeeping; this module supplies the transport through the backend-neutral contract, for
+any backend. Two things ``FileSyncManager`` does not do, done here:
+
+* it swallows a failed push (logs, rolls back, retries next time). A command run after a failed
+  push would see stale skills or credentials, so every transport error is remembered and
+  ``push()`` raises ``SyncFailed``; the caller refuses to run the command.
+* it never reports whether a pull-back worked; ``pull()`` returns False when it did not.
+
+Credential files are pushed with mode 0600 and never pulled back (Hermes skips them on pull-back;
+the agent may have tampered with them inside the sandbox).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import posixpath
+import shlex
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.sandbox import Sandbox
+
+logger = logging.getLogger(__name__)
+
+_TRANSFER_TIMEOUT_S = 120.0
+
+
+class SyncFailed(SandboxError):
+    """Files could not be pushed into the sandbox; running a command now would use stale state."""
+
+
+class SandboxFileSync:
+    """Pushes ``~/.hermes`` content into ``remote_base`` in the sandbox and pulls agent edits back."""
+
+    def __init__(self, sandbox: Callable[[], Sandbox], remote_base: str, lock: threading.Lock) -> None:
+        file_sync = importlib.import_module("tools.environments.file_sync")
+        self._sandbox = sandbox
+        self._remote_base = remote_base.rstrip("/")
+        self._lock = lock  # shared by every environment on the same sandbox in this process
+        self._iter_sync_files: Callable[[str], list[tuple[str, str]]] = file_sync.iter_sync_files
+        self._errors: list[BaseException] = []
+        self._manager_class: Any = file_sync.FileSyncManager
+        self._manager: Any = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was pushed (the sandbox was restored or recreated): the next push sends all."""
+        self._manager = self._manager_class(
+            get_files_fn=self._files,
+            upload_fn=self._upload_one,
+            delete_fn=self._delete,
+            bulk_upload_fn=self._upload,
+            bulk_download_fn=self._download,
+        )
+
+    def _files(self) -> list[tuple[str, str]]:
+        return self._iter_sync_files(self._remote_base)
+
+    def _credential_paths(self) -> set[str]:
+        credential_files = importlib.import_module("tools.credential_files")
+        return {m["container_path"] for m in credential_files.get_credential_file_mounts()}
+
+    def _upload_one(self, host_path: str, remote_path: str) -> None:
+        self._upload([(host_path, remote_path)])
+
+    def _upload(self, files: list[tuple[str, str]]) -> None:
+        try:
+            sandbox = self._sandbox()
+            parents = sorted({posixpath.dirname(remote) for _, remote in files})
+            self._run(sandbox, ["mkdir", "-p", "--", *parents])
+            secret_paths = self._credential_paths()
+            for host_path, remote_path in files:
+                data = Path(host_path).read_bytes()
+                mode = 0o600 if _remote_key(remote_path, self._remote_base) in secret_paths else 0o644
+                sandbox.write_file(remote_path, data, mode)
+        except BaseException as exc:
+            self._errors.append(exc)
+            raise
+
+    def _delete(self, remote_paths: list[str]) -> None:
+        try:
+            self._run(self._sandbox(), ["rm", "-f", "--", *remote_paths])
+        except BaseException as exc:
+            self._errors.append(exc)
+            raise
+
+    def _download(self, dest: Path) -> None:
+        try:
+            parent, leaf = posixpath.split(self._remote_base)
+            script = (
+                f"cd {shlex.quote(parent or '/')} && "
+                f"tar cf - --exclude='*.sock' {shlex.quote(leaf)}"
+            )
+            with dest.open("wb") as out:
+
+                def write(chunk: bytes) -> None:
+                    out.write(chunk)
+
+                proc = self._sandbox().start(["sh", "-c", script], on_stdout=write)
+                code = proc.wait(_TRANSFER_TIMEOUT_S)
+                if code is None:
+                    proc.kill()
+                    raise SyncFailed("pulling ~/.hermes out of the sandbox timed out")
+            if code != 0:
+                raise SyncFailed(f"pulling ~/.hermes out of the sandbox failed (tar exit {code})")
+        except BaseException as exc:
+            self._errors.append(exc)
+            raise
+
+    @staticmethod
+    def _run(sandbox: Sandbox, argv: list[str]) -> None:
+        result = sandbox.exec(argv, timeout=_TRANSFER_TIMEOUT_S)
+        if result.exit_code != 0:
+            detail = result.stderr.strip()
+            raise SyncFailed(f"{argv[0]} failed in the sandbox (exit {result.exit_code}): {detail}")
+
+    def push(self, *, force: bool = False) -> None:
+        """Bring the sandbox's ``~/.hermes`` up to date, or raise SyncFailed."""
+        with self._lock:
+            self._errors.clear()
+            self._manager.sync(force=force)
+            if self._errors:
+                error = self._errors[0]
+                self._errors.clear()
+                raise SyncFailed(f"file sync into the sandbox failed, command not run: {error}") from error
+
+    def pull(self) -> bool:
+        """Copy agent-authored changes (skills, caches) back to the host. True when it worked."""
+        with self._lock:
+            self._errors.clear()
+            try:
+                self._manager.sync_back()
+            except Exception:
+                logger.warning("pulling files back from the sandbox failed", exc_info=True)
+                return False
+            ok = not self._errors
+            self._errors.clear()
+            return ok
+
+
+def _remote_key(remote_path: str, remote_base: str) -> str:
+    """Hermes names credential files by their ``/root/.hermes`` path whatever the real base is."""
+    if remote_path.startswith(remote_base + "/"):
+        return "/root/.hermes" + remote_path[len(remote_base):]
+    return remote_path
