@@ -37,7 +37,7 @@ Trigger = Literal["manual", "auto", "agent"]
 TRIGGERS: tuple[Trigger, ...] = ("manual", "auto", "agent")
 DeleteReason = Literal["manual", "retention"]
 DELETE_REASONS: tuple[DeleteReason, ...] = ("manual", "retention")
-Redactor = Callable[[str], str]
+RedactFn = Callable[[str], str]
 
 # Keeps one line well under a page-sized write and the journal readable when an agent sends a
 # megabyte heredoc; the head of a command says what it was.
@@ -156,7 +156,7 @@ class HealthCheck:
     """The configured health command's result, taken just before a checkpoint."""
 
     command: str
-    exit_code: int
+    exit_code: int | None  # None: the health command could not be run at all
     passed: bool
     output_tail: str = ""
 
@@ -166,7 +166,7 @@ class HealthCheck:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HealthCheck:
-        return cls(command=_get(d, "command", str), exit_code=_get(d, "exit_code", int),
+        return cls(command=_get(d, "command", str), exit_code=_get(d, "exit_code", int, optional=True),
                    passed=_get(d, "passed", bool),
                    output_tail=_get(d, "output_tail", str, optional=True) or "")
 
@@ -269,12 +269,12 @@ def parse_record(data: Any) -> Record | None:
         return None
 
 
-def _scrub_record(data: Mapping[str, Any], redact: Redactor) -> dict[str, Any]:
+def _scrub_record(data: Mapping[str, Any], redact: RedactFn) -> dict[str, Any]:
     """Redact and clip every string in a record's dict, keeping its structural fields as they are."""
     return {k: v if k in _STRUCTURAL_FIELDS else _scrub(v, redact) for k, v in data.items()}
 
 
-def _scrub(value: Any, redact: Redactor) -> Any:
+def _scrub(value: Any, redact: RedactFn) -> Any:
     if isinstance(value, str):
         value = redact(value)
         if len(value) > MAX_FIELD_CHARS:
@@ -299,7 +299,7 @@ def _no_redaction(text: str) -> str:
 class Journal:
     """An append-only JSON-lines log at ``path`` (created with its directory on first append)."""
 
-    def __init__(self, path: Path, *, durable: bool = True, redact: Redactor | None = None) -> None:
+    def __init__(self, path: Path, *, durable: bool = True, redact: RedactFn | None = None) -> None:
         self._path = Path(path)
         self._durable = durable
         self._redact = redact or _no_redaction

@@ -21,14 +21,14 @@ class Runtime:
 
     def local_backend(self, home: Path) -> Backend:
         """The local backend on the store at ``home`` (imported lazily: it needs Linux and root)."""
-        home = home.resolve()
+        key = home.absolute()
         with self._lock:
-            backend = self._backends.get(home)
+            backend = self._backends.get(key)
             if backend is None:
                 from hermes_sandboxes.backends.local import LocalBackend
 
                 backend = LocalBackend(home)
-                self._backends[home] = backend
+                self._backends[key] = backend
             return backend
 
     def sync_lock(self, backend: Backend, name: str) -> threading.Lock:
@@ -37,9 +37,9 @@ class Runtime:
             return self._sync_locks.setdefault(key, threading.Lock())
 
     def forget(self, home: Path) -> None:
-        """Drop a cached backend (tests that tear a store down)."""
+        """Drop the cached backend on ``home`` (tests that tear a store down)."""
         with self._lock:
-            self._backends.pop(home.resolve(), None)
+            self._backends.pop(home.absolute(), None)
 
 
 RUNTIME = Runtime()

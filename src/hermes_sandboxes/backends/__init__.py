@@ -1,0 +1,1 @@
+"""Backends: one module (or package) per place a sandbox can live."""

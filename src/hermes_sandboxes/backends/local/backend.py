@@ -1,0 +1,216 @@
+"""The local backend: sandboxes on this machine from namespaces, an overlay root and a CoW store."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from hermes_sandboxes.backends.local import cgroups, paths
+from hermes_sandboxes.backends.local.sandbox import LocalSandbox
+from hermes_sandboxes.backends.local.store import BtrfsStore, CopyStore, Store
+from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound
+from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.sandbox import (
+    NETWORK_MODES,
+    Backend,
+    Capability,
+    DoctorCheck,
+    Limits,
+    SandboxInfo,
+    SandboxSpec,
+)
+
+log = logging.getLogger(__name__)
+StoreKind = Literal["auto", "btrfs", "copy"]
+STORE_KINDS: tuple[StoreKind, ...] = ("auto", "btrfs", "copy")
+
+
+def default_limits() -> Limits:
+    """Room for real work, with a margin for the host: a quarter of RAM (at most 8 GiB),
+    1024 processes, and all cores but one (so a busy loop cannot starve the host)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    cores = os.cpu_count() or 1
+    return Limits(memory_bytes=min(total // 4, 8 << 30), pids=1024, cpus=float(max(1, cores - 1)))
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        store: StoreKind = "auto",
+        image_size: str = "64G",
+        limits: Limits | None = None,
+        extra_masks: Sequence[str] = (),
+    ) -> None:
+        if store not in STORE_KINDS:
+            raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
+        self.home = paths.resolve_home(home)
+        self.layout = paths.Layout(self.home)
+        self.extra_masks = tuple(extra_masks)
+        self._store_kind = store
+        self._image_size = image_size
+        self._limits = limits or default_limits()
+        self._store: Store | None = None
+
+    # environment -------------------------------------------------------------------------------
+    @staticmethod
+    def unavailable_reason() -> str | None:
+        """Why this machine cannot run local sandboxes, or None when it can."""
+        if os.geteuid() != 0:
+            return ("the local sandbox needs root (to create namespaces, overlay mounts and cgroups); "
+                    "run as root. Nothing was run on the host.")
+        if not Path("/proc/self/ns/pid").exists():
+            return "this kernel has no pid namespaces"
+        _, missing = cgroups.probe()
+        if any("freezer" in m for m in missing):
+            return "; ".join(missing)
+        return None
+
+    def _require_usable(self) -> None:
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(reason)
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._require_usable()
+            self._store = self._choose_store()
+        return self._store
+
+    def _choose_store(self) -> Store:
+        recorded = paths.read_json(self.home / "store.json")
+        kind = recorded.get("kind") if isinstance(recorded, dict) else None
+        if kind is None:
+            kind = self._store_kind
+        if kind == "auto":
+            kind = "btrfs" if _btrfs_possible() else "copy"
+        store: Store = BtrfsStore(self.home, self._image_size) if kind == "btrfs" else CopyStore(self.home)
+        try:
+            store.ensure()
+        except Exception as exc:
+            if self._store_kind != "auto" or recorded:
+                raise
+            log.warning("btrfs store unusable (%s); falling back to full copies", exc)
+            store = CopyStore(self.home)
+            store.ensure()
+        if isinstance(store, CopyStore):
+            log.warning(CopyStore.warning)
+        if not recorded:
+            paths.write_json(self.home / "store.json", {"kind": store.kind})
+        return store
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        caps = {Capability.CHECKPOINTS, Capability.DIFF, Capability.BACKGROUND_PROCESSES,
+                Capability.NETWORK_POLICY, Capability.LIMITS, Capability.PERSISTENCE, Capability.TREE_KILL}
+        if self._store is None or self._store.cheap:
+            caps.add(Capability.CHEAP_CHECKPOINTS)
+        return frozenset(caps)
+
+    def effective_limits(self, requested: Limits) -> Limits:
+        return Limits(
+            memory_bytes=requested.memory_bytes or self._limits.memory_bytes,
+            pids=requested.pids or self._limits.pids,
+            cpus=requested.cpus or self._limits.cpus,
+        )
+
+    # sandboxes ---------------------------------------------------------------------------------
+    def _validate_spec(self, spec: SandboxSpec) -> None:
+        if spec.network not in NETWORK_MODES:
+            raise InvalidInput(f"network must be one of {', '.join(NETWORK_MODES)}, got {spec.network!r}")
+        limits = spec.limits
+        for label, value in (("memory", limits.memory_bytes), ("pids", limits.pids), ("cpus", limits.cpus)):
+            if value is not None and value <= 0:
+                raise InvalidInput(f"{label} limit must be positive, got {value}")
+        if limits.memory_bytes is not None and limits.memory_bytes < 16 << 20:
+            raise InvalidInput("memory limit must be at least 16 MiB")
+        if spec.base is not None:
+            base = Path(spec.base)
+            if not base.is_absolute() or not (base / "bin").exists():
+                raise InvalidInput(f"base {spec.base!r} must be an absolute path to a root filesystem "
+                                   "(a directory with bin/, usr/, etc/)")
+        for mask in spec.masks:
+            if not mask.startswith("/"):
+                raise InvalidInput(f"mask {mask!r} must be an absolute path")
+
+    def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> LocalSandbox:
+        validate_name(name)
+        spec = spec or SandboxSpec()
+        self._validate_spec(spec)
+        store = self.store
+        with paths.locked(self.layout.lock_file(name), f"sandbox {name}"):
+            if self.layout.meta_file(name).exists():
+                raise SandboxExists(f"sandbox {name} already exists; use it, or remove it first")
+            store.create_layer(name)
+            meta = {"name": name, "ephemeral": ephemeral, "created_at": time.time(), "spec": spec.to_dict(),
+                    "backend": self.name}
+            paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
+        return LocalSandbox(self, name, meta)
+
+    def open(self, name: str, spec: SandboxSpec | None = None) -> LocalSandbox:
+        validate_name(name)
+        try:
+            sandbox = self.get(name)
+        except SandboxNotFound:
+            try:
+                return self.create(name, spec)
+            except SandboxExists:  # another process created it first
+                sandbox = self.get(name)
+        if sandbox.ephemeral:
+            raise SandboxExists(f"sandbox {name} is ephemeral and belongs to another run; it is never adopted")
+        return sandbox
+
+    def create_ephemeral(self, spec: SandboxSpec | None = None, prefix: str = "tmp") -> LocalSandbox:
+        return self.create(unique_name(prefix), spec, ephemeral=True)
+
+    def get(self, name: str) -> LocalSandbox:
+        validate_name(name)
+        meta = paths.read_json(self.layout.meta_file(name))
+        if not isinstance(meta, dict):
+            raise SandboxNotFound(f"no sandbox named {name}; see `hermes-sandboxes ls`")
+        return LocalSandbox(self, name, meta)
+
+    def names(self) -> list[str]:
+        root = self.home / "sandboxes"
+        if not root.is_dir():
+            return []
+        return sorted(p.parent.name for p in root.glob("*/sandbox.json"))
+
+    def list(self) -> list[SandboxInfo]:
+        infos = []
+        for name in self.names():
+            try:
+                infos.append(self.get(name).info())
+            except SandboxNotFound:
+                continue  # destroyed while we were listing
+        return infos
+
+    def store_leftovers(self, name: str) -> bool:
+        """Whether anything of a (possibly half-destroyed) sandbox remains."""
+        return self.layout.run_dir(name).exists() or self.store.sandbox_dir(name).exists()
+
+    def doctor(self) -> list[DoctorCheck]:
+        from hermes_sandboxes.backends.local.doctor import run_checks
+
+        return run_checks(self)
+
+
+def _btrfs_possible() -> bool:
+    if shutil.which("mkfs.btrfs") is None:
+        return False
+    try:
+        with open("/proc/filesystems") as f:
+            if "btrfs" in f.read():
+                return True
+    except OSError:
+        return False
+    return Path(f"/lib/modules/{os.uname().release}").exists()  # loadable as a module

@@ -1,0 +1,72 @@
+"""File operations run by a forked child of init, inside the sandbox's root.
+
+Running them in the sandbox (not through /proc/PID/root from the host) means every path, symlinks
+included, resolves inside the sandbox: a link to /etc/shadow reaches the sandbox's file, never the
+host's. Content streams through the child's stdin/stdout, so file size does not cost memory.
+Exit codes: 0 ok, 2 not found, 21 is a directory, 1 anything else (message on stderr).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+NOT_FOUND = 2
+IS_DIRECTORY = 21
+_CHUNK = 1 << 20
+
+
+def _copy(src: int, dst: int) -> None:
+    while chunk := os.read(src, _CHUNK):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+
+
+def _read(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _copy(fd, 1)
+    finally:
+        os.close(fd)
+
+
+def _write(path: str, mode: int) -> None:
+    parent = os.path.dirname(path) or "/"
+    tmp = os.path.join(parent, f".hs-write-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        _copy(0, fd)
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.rename(tmp, path)  # readers see the old file or the new one, never half of it
+
+
+def run(name: str, message: dict[str, Any]) -> int:
+    path = str(message.get("path", ""))
+    if not path.startswith("/"):
+        os.write(2, f"path must be absolute: {path!r}\n".encode())
+        return 1
+    try:
+        if name == "read":
+            _read(path)
+        elif name == "write":
+            _write(path, int(message.get("mode", 0o644)) & 0o7777)
+        elif name == "delete":
+            os.unlink(path)
+        else:
+            os.write(2, f"unknown file operation {name!r}\n".encode())
+            return 1
+    except OSError as exc:
+        os.write(2, f"{path}: {exc.strerror}\n".encode())
+        if exc.errno == errno.ENOENT:
+            return NOT_FOUND
+        if exc.errno == errno.EISDIR:
+            return IS_DIRECTORY
+        return 1
+    return 0

@@ -1,0 +1,55 @@
+"""What works on this machine for local sandboxes, and why not."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hermes_sandboxes.backends.local import cgroups
+from hermes_sandboxes.sandbox import DoctorCheck
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends.local.backend import LocalBackend
+
+
+def _filesystems() -> str:
+    try:
+        return Path("/proc/filesystems").read_text()
+    except OSError:
+        return ""
+
+
+def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
+    checks = [DoctorCheck(os.geteuid() == 0, "running as root",
+                          "yes" if os.geteuid() == 0 else "no: namespaces, mounts and cgroups need root")]
+    ns = [n for n in ("mnt", "pid", "uts", "ipc", "net") if not Path(f"/proc/self/ns/{n}").exists()]
+    checks.append(DoctorCheck(not ns, "namespaces (mount, pid, uts, ipc, net)",
+                              "available" if not ns else f"missing: {', '.join(ns)}"))
+    fs = _filesystems()
+    checks.append(DoctorCheck("overlay" in fs, "overlayfs", "available" if "overlay" in fs
+                              else "not in /proc/filesystems (modprobe overlay)"))
+    bases, missing = cgroups.probe()
+    checks.append(DoctorCheck("freezer" in bases, "cgroup v1 freezer (timeouts, consistent snapshots)",
+                              str(bases.get("freezer", "missing"))))
+    for controller in ("memory", "pids", "cpu"):
+        checks.append(DoctorCheck(controller in bases, f"cgroup v1 {controller} (limits)",
+                                  str(bases[controller]) if controller in bases
+                                  else next((m for m in missing if controller in m), "missing")))
+    mkfs = shutil.which("mkfs.btrfs")
+    checks.append(DoctorCheck(bool(mkfs), "btrfs-progs (constant-time checkpoints)",
+                              mkfs or "mkfs.btrfs not found: apt-get install btrfs-progs"))
+    reason = backend.unavailable_reason()
+    if reason is None:
+        try:
+            store = backend.store
+            detail = f"{store.kind} at {store.root}"
+            if not store.cheap:
+                detail += " (full copies: checkpoint time grows with the layer)"
+            checks.append(DoctorCheck(True, "sandbox store", detail))
+        except Exception as exc:  # doctor reports, it never raises
+            checks.append(DoctorCheck(False, "sandbox store", str(exc)))
+    else:
+        checks.append(DoctorCheck(False, "local sandboxes usable", reason))
+    return checks

@@ -1,0 +1,135 @@
+"""Where the local backend keeps things on the host, and the small file helpers around them.
+
+    <home>/store.img, <home>/mnt/          the btrfs store (see store.py)
+    <home>/sandboxes/<name>/sandbox.json   a sandbox exists exactly when this file does
+    <home>/run/<name>/                     runtime: init.json (pid, start time, boot id), sock,
+                                           config.json, init.log, root/ (mount point, empty on host)
+    <home>/locks/<name>.lock               per-sandbox lock (flock: released if the holder dies)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.errors import InvalidInput, SandboxBusy
+
+DEFAULT_HOME = Path("/var/lib/hermes-sandboxes")
+HOME_ENV = "HERMES_SANDBOXES_HOME"
+_SOCKET_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
+_LONGEST_NAME = 63
+
+
+def resolve_home(home: str | os.PathLike[str] | None) -> Path:
+    path = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).absolute()
+    text = str(path)
+    if any(c in text for c in ",:\\ \n\t"):
+        # the path goes into overlayfs mount options, where these characters are separators
+        raise InvalidInput(f"sandbox home {text!r} must not contain commas, colons, backslashes or spaces")
+    longest_socket = len(text) + len("/run/") + _LONGEST_NAME + len("/sock")
+    if longest_socket > _SOCKET_MAX:
+        raise InvalidInput(
+            f"sandbox home {text!r} is too long ({len(text)} characters): unix socket paths under it "
+            f"would exceed {_SOCKET_MAX} bytes; choose a home of at most "
+            f"{_SOCKET_MAX - longest_socket + len(text)} characters"
+        )
+    return path
+
+
+class Layout:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def meta_dir(self, name: str) -> Path:
+        return self.home / "sandboxes" / name
+
+    def meta_file(self, name: str) -> Path:
+        return self.meta_dir(name) / "sandbox.json"
+
+    def run_dir(self, name: str) -> Path:
+        return self.home / "run" / name
+
+    def lock_file(self, name: str) -> Path:
+        return self.home / "locks" / f"{name}.lock"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically replace ``path`` (write a temporary file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """The parsed file, or None if it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def locked(path: Path, what: str, timeout: float = 60.0) -> Iterator[None]:
+    """Hold an exclusive flock on ``path``; SandboxBusy if another process holds it too long."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SandboxBusy(f"{what} is busy: another process has held its lock for "
+                                      f"{timeout:.0f}s; try again later") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_locked(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+_BOOT_ID: str | None = None
+
+
+def boot_id() -> str:
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            _BOOT_ID = f.read().strip()
+    return _BOOT_ID
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])

@@ -1,0 +1,60 @@
+"""Wire format between a host client and a sandbox's init: length-prefixed JSON over a unix socket.
+
+File descriptors (the command's stdin, stdout and stderr) travel with the first message as
+SCM_RIGHTS, so output flows straight from the command into the client's pipes with no copy
+through init.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from typing import Any
+
+MAX_MESSAGE = 16 * 1024 * 1024
+MAX_FDS = 4
+_HEADER = struct.Struct("!I")
+
+
+class ProtocolError(Exception):
+    pass
+
+
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    data = _HEADER.pack(len(body)) + body
+    if fds:
+        sent = socket.send_fds(sock, [data], fds)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise EOFError("connection closed")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One message and the descriptors that came with it. EOFError when the peer closed."""
+    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, MAX_FDS)
+    if not head:
+        for fd in fds:
+            os.close(fd)
+        raise EOFError("connection closed")
+    if len(head) < _HEADER.size:
+        head += _recv_exact(sock, _HEADER.size - len(head))
+    (size,) = _HEADER.unpack(head)
+    if size > MAX_MESSAGE:
+        raise ProtocolError(f"message of {size} bytes is too large")
+    message = json.loads(_recv_exact(sock, size))
+    if not isinstance(message, dict):
+        raise ProtocolError("message is not an object")
+    return message, list(fds)

@@ -1,0 +1,331 @@
+"""One local sandbox: its init's lifecycle, commands, files and checkpoints."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hermes_sandboxes.backends.local import builtins, cgroups, client, masks, paths, treediff
+from hermes_sandboxes.errors import (
+    CheckpointNotFound,
+    ExecFailed,
+    InvalidInput,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxNotFound,
+)
+from hermes_sandboxes.sandbox import (
+    Checkpoint,
+    Command,
+    FileChange,
+    OutputSink,
+    Process,
+    Sandbox,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+)
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends.local.backend import LocalBackend
+
+# Commands start with this environment, never the host's; the caller's env is laid over it.
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "USER": "root",
+    "LOGNAME": "root",
+    "SHELL": "/bin/bash",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
+_INIT_ENV = {"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"}  # what /proc/1/environ shows inside
+
+
+class LocalSandbox(Sandbox):
+    def __init__(self, backend: LocalBackend, name: str, meta: Mapping[str, Any]) -> None:
+        self._backend = backend
+        self.name = name
+        self.ephemeral = bool(meta.get("ephemeral", False))
+        self.spec = SandboxSpec.from_dict(meta.get("spec") or {})
+        self.created_at = float(meta.get("created_at", 0.0))
+        layout = backend.layout
+        self._meta_file = layout.meta_file(name)
+        self._run = layout.run_dir(name)
+        self._lock = layout.lock_file(name)
+        self._cgroups: cgroups.SandboxCgroups | None = None
+
+    @property
+    def backend(self) -> LocalBackend:
+        return self._backend
+
+    def _locked(self) -> Any:
+        return paths.locked(self._lock, f"sandbox {self.name}")
+
+    def _check_exists(self) -> None:
+        if not self._meta_file.exists():
+            raise SandboxNotFound(f"sandbox {self.name} does not exist (destroyed?); create it first")
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def _runtime(self) -> dict[str, Any] | None:
+        """The init's record if that init is alive (same boot, same process), else None."""
+        state = paths.read_json(self._run / "init.json")
+        if not isinstance(state, dict) or state.get("boot") != paths.boot_id():
+            return None
+        pid = int(state.get("pid", 0))
+        if pid <= 0 or paths.process_start_time(pid) != state.get("start"):
+            return None
+        return state
+
+    def is_running(self) -> bool:
+        return self._runtime() is not None
+
+    def _ensure_running(self) -> tuple[str, Path]:
+        """Socket path and freezer group of a running init, starting one if needed."""
+        state = self._runtime()
+        if state is None:
+            with self._locked():
+                self._check_exists()
+                state = self._runtime() or self._start()
+        freezer = Path(state["cgroups"]["freezer"])
+        if (freezer / "freezer.state").read_text().strip() != "THAWED" and not paths.is_locked(self._lock):
+            cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
+        return str(self._run / "sock"), freezer
+
+    def _start(self) -> dict[str, Any]:
+        """Start the init (caller holds the lock)."""
+        store = self._backend.store
+        store.ensure()
+        store.gc(self.name)
+        layer = store.layer(self.name)
+        if not layer.is_dir():
+            raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
+        lower = self.spec.base or "/"
+        extra = list(self.spec.masks) + list(self._backend.extra_masks)
+        mask_list = masks.mask_paths(self._backend.home, extra) if self.spec.base is None else extra
+        masks.apply_masks(layer / "upper", Path(lower), mask_list)
+        groups = self._groups()
+        groups.create(self._backend.effective_limits(self.spec.limits))
+        self._run.mkdir(parents=True, exist_ok=True)
+        (self._run / "root").mkdir(exist_ok=True)
+        config = {
+            "name": self.name,
+            "hostname": self.name,
+            "lower": lower,
+            "upper": str(layer / "upper"),
+            "work": str(layer / "work"),
+            "merged": str(self._run / "root"),
+            "socket": str(self._run / "sock"),
+            "log": str(self._run / "init.log"),
+            "network": self.spec.network,
+            "cgroups": list(groups.dirs.values()),
+            "freezer": str(groups.freezer),
+        }
+        paths.write_json(self._run / "config.json", config)
+        proc = subprocess.run(
+            [sys.executable, "-m", "hermes_sandboxes.backends.local.init", str(self._run / "config.json")],
+            capture_output=True, text=True, env=_INIT_ENV, start_new_session=True, timeout=60,
+        )
+        if proc.returncode != 0:
+            raise SandboxError(f"sandbox {self.name} failed to start: {proc.stderr.strip() or 'no detail'} "
+                               f"(see {self._run / 'init.log'})")
+        pid = int(proc.stdout.strip())
+        state = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
+                 "cgroups": dict(groups.dirs)}
+        paths.write_json(self._run / "init.json", state)
+        return state
+
+    def _groups(self) -> cgroups.SandboxCgroups:
+        if self._cgroups is None:
+            state = paths.read_json(self._run / "init.json")
+            if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
+                self._cgroups = cgroups.SandboxCgroups(state["cgroups"])
+            else:
+                self._cgroups = cgroups.SandboxCgroups.for_sandbox(self.name)
+        return self._cgroups
+
+    def stop(self) -> None:
+        """Kill every process of the sandbox; its files stay. The next command starts it again."""
+        with self._locked():
+            self._stop()
+
+    def _stop(self) -> None:
+        state = paths.read_json(self._run / "init.json")
+        if isinstance(state, dict) and state.get("boot") == paths.boot_id():
+            cgroups.SandboxCgroups(state.get("cgroups") or {}).kill_all()
+        elif self._runtime() is not None:  # pragma: no cover - defensive: record without groups
+            os.kill(int(state["pid"]), 9)  # type: ignore[index]
+        (self._run / "init.json").unlink(missing_ok=True)
+
+    def info(self) -> SandboxInfo:
+        self._check_exists()
+        store = self._backend.store
+        store.ensure()
+        layer = store.layer(self.name)
+        return SandboxInfo(
+            name=self.name,
+            backend=self._backend.name,
+            ephemeral=self.ephemeral,
+            state=SandboxState.RUNNING if self.is_running() else SandboxState.STOPPED,
+            created_at=self.created_at,
+            spec=self.spec,
+            layer_bytes=store.layer_bytes(self.name) if layer.is_dir() else None,
+            checkpoint_count=len(store.checkpoint_ids(self.name)),
+        )
+
+    # commands ----------------------------------------------------------------------------------
+    def start(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        on_stdout: OutputSink | None = None,
+        on_stderr: OutputSink | None = None,
+    ) -> Process:
+        if isinstance(command, str):
+            request: dict[str, Any] = {"shell": command}
+        else:
+            argv = [str(a) for a in command]
+            if not argv:
+                raise InvalidInput("empty command: give a program to run")
+            request = {"argv": argv}
+        if cwd is not None and not cwd.startswith("/"):
+            raise InvalidInput(f"working directory must be absolute, got {cwd!r}")
+        request["cwd"] = cwd
+        request["env"] = {**BASE_ENV, "HOSTNAME": self.name, **(env or {})}
+        return self._launch(request, stdin, on_stdout, on_stderr)
+
+    def _launch(self, request: dict[str, Any], stdin: bytes | None,
+                on_stdout: OutputSink | None, on_stderr: OutputSink | None) -> client.LocalProcess:
+        self._check_exists()
+        sock, freezer = self._ensure_running()
+        return client.LocalProcess(sandbox=self.name, socket_path=sock, freezer=freezer, request=request,
+                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def _file_op(self, op: str, path: str, data: bytes | None = None, mode: int = 0o644) -> bytes:
+        if not path.startswith("/"):
+            raise InvalidInput(f"sandbox paths must be absolute, got {path!r}")
+        out, err = bytearray(), bytearray()
+        proc = self._launch({"builtin": op, "path": path, "mode": mode}, data or None, out.extend, err.extend)
+        code = proc.wait()
+        message = err.decode(errors="replace").strip()
+        if code == builtins.NOT_FOUND:
+            raise SandboxFileNotFound(f"sandbox {self.name}: {message}")
+        if code != 0:
+            raise ExecFailed(f"sandbox {self.name}: {op} {path} failed: {message}")
+        return bytes(out)
+
+    def read_file(self, path: str) -> bytes:
+        return self._file_op("read", path)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._file_op("write", path, data, mode)
+
+    def delete_file(self, path: str) -> None:
+        self._file_op("delete", path)
+
+    # checkpoints -------------------------------------------------------------------------------
+    def checkpoint(self, comment: str = "") -> Checkpoint:
+        with self._locked():
+            self._check_exists()
+            store = self._backend.store
+            store.ensure()
+            store.gc(self.name)
+            checkpoint_id = f"ck-{secrets.token_hex(4)}"
+            started = time.time()
+            running = self._runtime() is not None
+            if running:
+                with self._groups().frozen():  # a consistent image: nothing writes meanwhile
+                    store.snapshot(self.name, checkpoint_id)
+            else:
+                store.snapshot(self.name, checkpoint_id)
+            record = {"id": checkpoint_id, "created_at": started, "comment": comment,
+                      "size_bytes": store.layer_bytes(self.name), "store": store.kind}
+            # the record is the commit point: a snapshot without it is never listed
+            paths.write_json(store.checkpoints_dir(self.name) / f"{checkpoint_id}.json", record)
+            return _checkpoint_from(record)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        self._check_exists()
+        store = self._backend.store
+        store.ensure()
+        records = []
+        for checkpoint_id in store.checkpoint_ids(self.name):
+            record = paths.read_json(store.checkpoints_dir(self.name) / f"{checkpoint_id}.json")
+            if isinstance(record, dict):
+                records.append(_checkpoint_from(record))
+        return sorted(records, key=lambda c: c.created_at)
+
+    def _require_checkpoint(self, checkpoint_id: str) -> None:
+        if checkpoint_id not in self._backend.store.checkpoint_ids(self.name):
+            raise CheckpointNotFound(
+                f"sandbox {self.name} has no checkpoint {checkpoint_id!r}; "
+                f"list them with: hermes-sandboxes checkpoint list {self.name}"
+            )
+
+    def restore(self, checkpoint_id: str) -> None:
+        with self._locked():
+            self._check_exists()
+            store = self._backend.store
+            store.ensure()
+            self._require_checkpoint(checkpoint_id)
+            self._stop()
+            store.restore(self.name, checkpoint_id)
+            self._start()
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        with self._locked():
+            self._check_exists()
+            store = self._backend.store
+            store.ensure()
+            self._require_checkpoint(checkpoint_id)
+            store.delete_checkpoint(self.name, checkpoint_id)
+
+    def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
+        self._check_exists()
+        store = self._backend.store
+        store.ensure()
+        self._require_checkpoint(from_id)
+        if to_id is not None:
+            self._require_checkpoint(to_id)
+            new = store.checkpoint_path(self.name, to_id) / "upper"
+        else:
+            new = store.layer(self.name) / "upper"
+        lower = Path(self.spec.base or "/")
+        return treediff.diff_layers(store.checkpoint_path(self.name, from_id) / "upper", new, lower)
+
+    def destroy(self) -> None:
+        with self._locked():
+            if not self._meta_file.exists() and not self._backend.store_leftovers(self.name):
+                return
+            self._meta_file.unlink(missing_ok=True)  # from here on the sandbox no longer exists
+            self._stop()
+            self._groups().remove()
+            self._backend.store.ensure()
+            self._backend.store.remove_sandbox(self.name)
+            _rmtree(self._run)
+            _rmtree(self._meta_file.parent)
+
+
+def _checkpoint_from(record: Mapping[str, Any]) -> Checkpoint:
+    return Checkpoint(
+        id=str(record["id"]),
+        created_at=float(record.get("created_at", 0.0)),
+        comment=str(record.get("comment", "")),
+        size_bytes=record.get("size_bytes"),
+        extra={"store": record.get("store")} if record.get("store") else {},
+    )
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

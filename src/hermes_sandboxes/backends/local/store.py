@@ -1,0 +1,314 @@
+"""Copy-on-write storage for sandbox layers and their checkpoints.
+
+Layout under the store root, per sandbox::
+
+    <name>/layer/{upper,work}      the writable overlay layer (one btrfs subvolume: upper and work
+                                   must share it, or every delete fails with EXDEV)
+    <name>/checkpoints/<id>        a read-only snapshot of layer/
+    <name>/checkpoints/<id>.json   its record; a checkpoint is valid only when both exist
+    <name>/.tmp-*, <name>/.old-*   leftovers of an interrupted operation, removed by gc()
+
+Every change is staged under a temporary name and published with one rename (or one atomic
+exchange), so an operation killed midway never leaves a half-made layer or checkpoint in place.
+
+Two kinds: ``BtrfsStore`` (subvolume snapshots on a loop-mounted image the store creates on first
+use: constant-time checkpoints) and ``CopyStore`` (full ``cp -a`` copies in a plain directory, for
+machines where btrfs cannot be used: time and disk grow with the layer). Hardlink trees are never
+used: an in-place append after the checkpoint would leak into it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import struct
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from hermes_sandboxes.backends.local import syscalls as sc
+from hermes_sandboxes.errors import BackendUnavailable, SandboxError
+
+_IOW_4096 = 0x50009400  # _IOW(BTRFS_IOCTL_MAGIC, nr, 4096-byte argument)
+_SUBVOL_CREATE = _IOW_4096 | 14
+_SNAP_DESTROY = _IOW_4096 | 15
+_SNAP_CREATE_V2 = _IOW_4096 | 23
+_SUBVOL_RDONLY = 1 << 1
+_BTRFS_FIRST_FREE_OBJECTID = 256
+
+
+def _vol_args(name: str, fd: int = 0) -> bytearray:
+    return bytearray(struct.pack("=q4088s", fd, name.encode()))
+
+
+def _vol_args_v2(name: str, fd: int, flags: int) -> bytearray:
+    return bytearray(struct.pack("=qQQ32x4040s", fd, 0, flags, name.encode()))
+
+
+def _run(argv: list[str], what: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SandboxError(f"{what} failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
+
+
+def tree_bytes(path: Path) -> int:
+    """Disk bytes used by the files under ``path`` (each hardlinked inode counted once)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [str(path)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            if st.st_ino in seen:
+                continue
+            seen.add(st.st_ino)
+            total += st.st_blocks * 512
+    return total
+
+
+class Store(ABC):
+    kind: str
+    cheap: bool  # checkpoint and restore cost does not grow with the layer
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @abstractmethod
+    def ensure(self) -> None:
+        """Make the store usable (create, mount) if it is not; idempotent and cheap when ready."""
+
+    def sandbox_dir(self, name: str) -> Path:
+        return self.root / name
+
+    def layer(self, name: str) -> Path:
+        return self.root / name / "layer"
+
+    def checkpoints_dir(self, name: str) -> Path:
+        return self.root / name / "checkpoints"
+
+    def checkpoint_path(self, name: str, checkpoint_id: str) -> Path:
+        return self.checkpoints_dir(name) / checkpoint_id
+
+    # volumes: a directory tree we can snapshot -------------------------------------------------
+    @abstractmethod
+    def _make_volume(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool) -> None: ...
+
+    @abstractmethod
+    def _remove_volume(self, path: Path) -> None: ...
+
+    # operations ------------------------------------------------------------------------------
+    def create_layer(self, name: str) -> None:
+        self.remove_sandbox(name)  # leftovers of an earlier sandbox of that name
+        base = self.sandbox_dir(name)
+        base.mkdir(parents=True)
+        self.checkpoints_dir(name).mkdir()
+        staged = base / ".tmp-layer"
+        self._make_volume(staged)
+        (staged / "upper").mkdir(mode=0o755)
+        (staged / "work").mkdir(mode=0o700)
+        staged.rename(self.layer(name))
+
+    def remove_sandbox(self, name: str) -> None:
+        base = self.sandbox_dir(name)
+        if not base.exists():
+            return
+        for child in [*self.checkpoints_dir(name).glob("*"), *base.glob(".*"), self.layer(name)]:
+            if child.is_dir() and not child.is_symlink():
+                self._remove_volume(child)
+            elif child.exists():
+                child.unlink()
+        shutil.rmtree(base, ignore_errors=True)
+
+    def snapshot(self, name: str, checkpoint_id: str) -> None:
+        # staged beside its final name: btrfs refuses to move a read-only subvolume to another
+        # directory (its ".." would change), but renames it within one
+        staged = self.checkpoints_dir(name) / f".tmp-{checkpoint_id}"
+        self._copy_volume(self.layer(name), staged, readonly=True)
+        _test_pause("checkpoint-staged")
+        staged.rename(self.checkpoint_path(name, checkpoint_id))
+
+    def restore(self, name: str, checkpoint_id: str) -> None:
+        staged = self.sandbox_dir(name) / f".tmp-restore-{checkpoint_id}"
+        self._copy_volume(self.checkpoint_path(name, checkpoint_id), staged, readonly=False)
+        work = staged / "work"
+        if work.exists():  # the overlay's scratch area must start empty
+            self._clear(work)
+        else:
+            work.mkdir(mode=0o700)
+        _test_pause("restore-staged")
+        sc.rename_exchange(str(staged), str(self.layer(name)))
+        old = self.sandbox_dir(name) / f".old-{checkpoint_id}-{time.time_ns()}"
+        staged.rename(old)
+        self._remove_volume(old)
+
+    def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
+        path = self.checkpoint_path(name, checkpoint_id)
+        with contextlib.suppress(FileNotFoundError):
+            (path.parent / f"{checkpoint_id}.json").unlink()
+        if path.exists():
+            self._remove_volume(path)
+
+    def checkpoint_ids(self, name: str) -> list[str]:
+        """Ids with both a snapshot and a record."""
+        directory = self.checkpoints_dir(name)
+        if not directory.is_dir():
+            return []
+        return sorted(p.stem for p in directory.glob("*.json") if (directory / p.stem).is_dir())
+
+    def gc(self, name: str) -> None:
+        """Remove what interrupted operations left behind (call under the sandbox's lock)."""
+        base = self.sandbox_dir(name)
+        for leftover in base.glob(".*"):
+            self._remove_volume(leftover)
+        directory = self.checkpoints_dir(name)
+        if directory.is_dir():
+            for entry in directory.iterdir():
+                if entry.is_dir() and not (directory / f"{entry.name}.json").exists():
+                    self._remove_volume(entry)
+                elif entry.suffix == ".json" and not (directory / entry.stem).is_dir():
+                    entry.unlink()
+
+    def layer_bytes(self, name: str) -> int:
+        return tree_bytes(self.layer(name) / "upper")
+
+    @staticmethod
+    def _clear(directory: Path) -> None:
+        for entry in directory.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
+def _test_pause(point: str) -> None:
+    """Lets the interruption tests kill an operation at a known point (no effect otherwise)."""
+    if os.environ.get("HERMES_SANDBOXES_TEST_PAUSE") == point:
+        marker = os.environ.get("HERMES_SANDBOXES_TEST_PAUSE_MARKER")
+        if marker:
+            Path(marker).write_text(str(os.getpid()))
+        time.sleep(3600)
+
+
+class BtrfsStore(Store):
+    kind = "btrfs"
+    cheap = True
+
+    def __init__(self, home: Path, image_size: str = "64G") -> None:
+        super().__init__(home / "mnt" / "sandboxes")
+        self.home = home
+        self.image = home / "store.img"
+        self.mountpoint = home / "mnt"
+        self.image_size = image_size
+
+    def is_mounted(self) -> bool:
+        with open("/proc/self/mountinfo") as f:
+            target = str(self.mountpoint)
+            return any(line.split()[4] == target for line in f)
+
+    def ensure(self) -> None:
+        if self.root.is_dir() and self.is_mounted():
+            return
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "store.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.is_mounted():
+                self.root.mkdir(exist_ok=True)
+                return
+            if shutil.which("mkfs.btrfs") is None:
+                raise BackendUnavailable("mkfs.btrfs not found: install btrfs-progs (apt-get install btrfs-progs)")
+            if not self.image.exists():
+                staged = self.image.with_suffix(".tmp")
+                with open(staged, "wb") as f:
+                    f.truncate(_parse_size(self.image_size))  # sparse: grows with use
+                _run(["mkfs.btrfs", "-q", "-f", str(staged)], "formatting the btrfs store image")
+                staged.rename(self.image)
+            self.mountpoint.mkdir(exist_ok=True)
+            _run(["mount", "-o", "loop,noatime", str(self.image), str(self.mountpoint)],
+                 f"mounting {self.image}")
+            self.root.mkdir(exist_ok=True)
+
+    def unmount(self) -> None:
+        if self.is_mounted():
+            _run(["umount", str(self.mountpoint)], f"unmounting {self.mountpoint}")
+
+    def _ioctl(self, directory: Path, request: int, arg: bytearray) -> None:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, request, arg)
+        finally:
+            os.close(fd)
+
+    def _make_volume(self, path: Path) -> None:
+        self._ioctl(path.parent, _SUBVOL_CREATE, _vol_args(path.name))
+
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool) -> None:
+        src = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            flags = _SUBVOL_RDONLY if readonly else 0
+            self._ioctl(target.parent, _SNAP_CREATE_V2, _vol_args_v2(target.name, src, flags))
+        finally:
+            os.close(src)
+
+    def _remove_volume(self, path: Path) -> None:
+        if not path.exists():
+            return
+        if os.stat(path).st_ino == _BTRFS_FIRST_FREE_OBJECTID:
+            self._ioctl(path.parent, _SNAP_DESTROY, _vol_args(path.name))
+        else:
+            shutil.rmtree(path)
+
+
+class CopyStore(Store):
+    """Full copies in a plain directory: the fallback where btrfs cannot be used."""
+
+    kind = "copy"
+    cheap = False
+    warning = (
+        "using the full-copy store: every checkpoint and restore copies the whole writable layer, "
+        "so their time and disk use grow with it (install btrfs-progs for constant-time snapshots)"
+    )
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home / "copy-store")
+
+    def ensure(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _make_volume(self, path: Path) -> None:
+        path.mkdir()
+
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool) -> None:
+        # cp -a keeps ownership, modes, xattrs (overlay whiteouts and opaque markers), hardlinks
+        # within the tree and holes; --reflink=auto shares blocks where the filesystem can.
+        _run(["cp", "-a", "--reflink=auto", "--sparse=always", str(source), str(target)],
+             f"copying {source.name}")
+
+    def _remove_volume(self, path: Path) -> None:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def _parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)

@@ -1,0 +1,70 @@
+"""Shared fixtures: a real local backend on a throw-away store, cleaned up even when tests fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.backends.local.store import BtrfsStore
+from hermes_sandboxes.identity import unique_name
+
+ROOT_REASON = "the local sandbox needs root; CI and development machines of this project run as root"
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail(ROOT_REASON)  # a skip would hide that the suite did not test the sandbox
+
+
+def make_backend(home: Path, **kwargs: object) -> LocalBackend:
+    return LocalBackend(home, **kwargs)  # type: ignore[arg-type]
+
+
+def teardown_backend(backend: LocalBackend) -> None:
+    """Destroy every sandbox, unmount the store (which frees its loop device), remove the home."""
+    errors: list[str] = []
+    for name in backend.names():
+        try:
+            backend.get(name).destroy()
+        except Exception as exc:  # keep cleaning up; report at the end
+            errors.append(f"{name}: {exc}")
+    store = backend._store
+    if isinstance(store, BtrfsStore):
+        try:
+            store.unmount()
+        except Exception as exc:
+            errors.append(f"unmount: {exc}")
+            subprocess.run(["umount", "-l", str(store.mountpoint)], check=False)
+    shutil.rmtree(backend.home, ignore_errors=True)
+    assert not errors, f"cleanup failed: {errors}"
+
+
+@pytest.fixture(scope="session")
+def store_home() -> Iterator[Path]:
+    _require_root()
+    home = Path(tempfile.mkdtemp(prefix="hst-", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_backend(store_home: Path) -> Iterator[LocalBackend]:
+    backend = make_backend(store_home, image_size="16G")
+    yield backend
+    teardown_backend(backend)
+
+
+@pytest.fixture
+def sandbox(local_backend: LocalBackend) -> Iterator[object]:
+    sb = local_backend.create(unique_name("t"))
+    try:
+        yield sb
+    finally:
+        sb.destroy()
