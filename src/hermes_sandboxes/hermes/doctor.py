@@ -3,8 +3,9 @@ is the store healthy. Each row is ``(ok, label, detail)``; a failing row says wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from hermes_sandboxes.sandbox import DoctorCheck
 from hermes_sandboxes.settings import InvalidSettings, LocalSettings
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ def doctor_rows(provider: LocalSandboxProvider) -> list[Row]:
         reason = provider.unavailable_reason()
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}"
-    rows.append((reason is None, "Local sandbox backend", "usable on this machine" if reason is None else reason))
+    usable = "usable on this machine"
+    rows.append((reason is None, "Local sandbox backend", usable if reason is None else reason))
     settings: LocalSettings | None = None
     try:
         settings = provider.settings()
@@ -45,8 +47,10 @@ def doctor_rows(provider: LocalSandboxProvider) -> list[Row]:
         return rows
     try:
         backend = provider.backend(settings)
-        failing = [c for c in backend.doctor() if not c.ok]
-        store = next((c for c in backend.doctor() if c.label == "sandbox store"), None)
+        # cast: inside Backend, `list[...]` in doctor()'s annotation names the method Backend.list
+        checks = cast("list[DoctorCheck]", backend.doctor())
+        failing = [c for c in checks if not c.ok]
+        store = next((c for c in checks if c.label == "sandbox store"), None)
         if failing:
             rows.append((False, "Sandbox store", "; ".join(f"{c.label}: {c.detail}" for c in failing)))
         else:

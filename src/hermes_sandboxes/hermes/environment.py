@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,9 @@ from tools.environments.base import (  # type: ignore[import-untyped]
 )
 
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound
+from hermes_sandboxes.journal import ExecRecord, Journal
+from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.risk import wants_checkpoint
 from hermes_sandboxes.sandbox import Process, Sandbox
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
 from hermes_sandboxes.sync import SandboxFileSync, SyncFailed
@@ -60,8 +64,9 @@ class EnvironmentOptions:
     credentials: Mapping[str, str]
     lookup: SecretLookup
     sync_lock: threading.Lock
-    reopen: Callable[[], Sandbox] | None  # persistent: resume the sandbox if it vanished
-    before_command: Callable[[str], str] | None = None  # auto checkpoint; returns a note for the model
+    redactor: Redactor  # also the journals' redactor: a value injected here never reaches their disk
+    audit: Journal | None  # the store's audit log (the recorder keeps its own handle private)
+    reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
 
 
 class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
@@ -69,12 +74,14 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
 
     _stdin_mode = "pipe"
 
-    def __init__(self, sandbox: Sandbox, *, cwd: str, timeout: int, options: EnvironmentOptions) -> None:
+    def __init__(
+        self, recorded: RecordedSandbox, *, cwd: str, timeout: int, options: EnvironmentOptions,
+    ) -> None:
         super().__init__(cwd=cwd, timeout=timeout)
-        self.sandbox = sandbox
+        self.recorded = recorded
         self.options = options
         self._persistent = options.persistent
-        self._redactor = Redactor()  # every value ever injected here, so a copy written to a file is hidden
+        self._redactor = options.redactor  # every value ever injected: a copy in a file stays hidden too
         self._closed = False
         self._close_lock = threading.Lock()
         self._sync = SandboxFileSync(lambda: self.sandbox, HERMES_DIR, options.sync_lock)
@@ -85,8 +92,13 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self.init_session()
 
     @property
+    def sandbox(self) -> Sandbox:
+        """The backend's sandbox: commands stream through it, the recorder journals them."""
+        return self.recorded.inner
+
+    @property
     def sandbox_name(self) -> str:
-        return self.sandbox.name
+        return self.recorded.name
 
     def get_temp_dir(self) -> str:
         return "/tmp"
@@ -98,18 +110,49 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         plan = plan_credentials(command, self.options.credentials, self.options.lookup)
         for name, value in plan.env.items():
             self._redactor.add(name, value)
-        notes = [plan.note()]
-        if self.options.before_command is not None:
-            notes.insert(0, self.options.before_command(command))
-        token = _CALL.set(_Call(command=command, plan=plan, origin=self._origin(plan)))
+        try:
+            checkpoint_note = self._auto_checkpoint(command)
+        except SandboxError as exc:  # fail closed: no checkpoint, no risky command
+            return {"output": f"[sandbox: the automatic checkpoint before this command failed ({exc}); "
+                              "the command was not run]", "returncode": 1}
+        call = _Call(command=command, plan=plan, origin=self._origin(plan))
+        token = _CALL.set(call)
+        started = time.monotonic()
         try:
             result: dict[str, Any] = super().execute(command, cwd, **kwargs)
         finally:
             _CALL.reset(token)
+        self._journal(call, result, time.monotonic() - started)
         output = self._redactor.redact(str(result.get("output") or ""))
-        extra = "\n".join(n for n in notes if n)
+        extra = "\n".join(n for n in (checkpoint_note, plan.note()) if n)
         result["output"] = f"{output.rstrip()}\n{extra}".lstrip("\n") if extra else output
         return result
+
+    def _auto_checkpoint(self, command: str) -> str:
+        """Checkpoint first when the policy says this command is risky; the note tells the model."""
+        recorded = self.recorded
+        verdict = wants_checkpoint(recorded.policy, command, protected_paths=recorded.protected_paths)
+        if not verdict.risky:
+            return ""
+        why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
+        short = " ".join(command.split())[:80]
+        cp = recorded.checkpoint(f"before: {short}{why}", trigger="auto", trigger_command=command)
+        return (f"[sandbox: checkpoint {cp.id} was taken before this command{why}; "
+                f"to undo the command, call sandbox_restore with id {cp.id}]")
+
+    def _journal(self, call: _Call, result: Mapping[str, Any], duration: float) -> None:
+        code = result.get("returncode")
+        record = ExecRecord(
+            sandbox=self.sandbox_name, command=call.command,
+            exit_code=int(code) if isinstance(code, int) else None, duration_s=round(duration, 6),
+            timed_out=bool(result.get("hermes_timed_out")), origin=call.origin,
+        )
+        try:
+            self.recorded.journal.append(record)
+            if self.options.audit is not None:
+                self.options.audit.append(record)
+        except Exception:  # the command already ran; losing its record must not lose its result
+            logger.error("sandbox %s: could not journal a command", self.sandbox_name, exc_info=True)
 
     def _origin(self, plan: CredentialPlan) -> dict[str, str]:
         origin = {"task": self.options.task_key, "via": "hermes"}
@@ -156,7 +199,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         # The persistent sandbox was destroyed behind our back (CLI, another host process): resume a
         # fresh one under the same name and tell the model its files and processes are gone.
         logger.warning("sandbox %s vanished; creating it again", self.sandbox_name)
-        self.sandbox = self.options.reopen()
+        self.recorded = self.options.reopen()
         self._sync.reset()
         self._sync.push(force=True)
         self._mark_recreated()
@@ -184,7 +227,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         finally:
             if not self._persistent:
                 try:
-                    self.sandbox.destroy()
+                    self.recorded.destroy()
                 except SandboxError:
                     logger.warning("could not destroy ephemeral sandbox %s", self.sandbox_name, exc_info=True)
 

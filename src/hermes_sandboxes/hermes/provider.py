@@ -21,17 +21,21 @@ Flags, each chosen on purpose (Hermes reads them through ``provider_flag``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider  # type: ignore[import-untyped]
 from tools.environments.base import EnvironmentConnectionError  # type: ignore[import-untyped]
 
-from hermes_sandboxes.errors import BackendUnavailable, SandboxError
-from hermes_sandboxes.sandbox import Backend, Sandbox
-from hermes_sandboxes.secrets import CLOUD_SECRET_KEYS, hermes_profile_secret
+from hermes_sandboxes.errors import BackendUnavailable, SandboxNotFound
+from hermes_sandboxes.journal import Journal, audit_path, journal_path
+from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
+from hermes_sandboxes.secrets import CLOUD_SECRET_KEYS, Redactor, hermes_profile_secret
 from hermes_sandboxes.settings import InvalidSettings, LocalSettings
 
 from . import naming
@@ -70,7 +74,7 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
 
     @property
     def description(self) -> str:
-        return "Run commands in a local copy-on-write sandbox with checkpoints and restore (hermes-sandboxes)."
+        return "Run commands in a local copy-on-write sandbox with checkpoint and restore."
 
     @property
     def env_description(self) -> str:
@@ -87,10 +91,8 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
     @property
     def strip_env_keys(self) -> frozenset[str]:
         keys = set(CLOUD_SECRET_KEYS)
-        try:
+        with contextlib.suppress(Exception):  # a bad config must not break Hermes's subprocess spawns
             keys.update(self.settings().credentials.values())
-        except Exception:  # an invalid config must not break Hermes's subprocess spawning
-            pass
         return frozenset(keys)
 
     # --- settings and availability ------------------------------------------------------------
@@ -164,41 +166,54 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         settings = self.settings()  # InvalidSettings: refuse, the message names the key
         profile = naming.resolve_profile()  # ProfileUnresolved: refuse, never borrow the default's
         cc = container_config or {}
-        persistent = bool(cc["container_persistent"]) if "container_persistent" in cc else terminal_persistent()
+        persistent = bool(cc.get("container_persistent", terminal_persistent()))
         try:
             backend = self.backend(settings)
         except BackendUnavailable as exc:
             raise EnvironmentConnectionError(str(exc)) from exc
         task_key = str(task_id or "default")
-        sandbox, reopen = self._sandbox_for(backend, settings, profile, task_key, persistent)
-        options = EnvironmentOptions(
-            task_key=task_key,
-            persistent=persistent,
-            credentials=dict(settings.credentials),
-            lookup=hermes_profile_secret,
-            sync_lock=RUNTIME.sync_lock(backend, sandbox.name),
-            reopen=reopen,
-        )
-        try:
-            return SandboxEnvironment(sandbox, cwd=cwd or "/root", timeout=timeout, options=options)
-        except BaseException:
-            if not persistent:
-                sandbox.destroy()
-            raise
+        redactor = Redactor()
+        home = Path(getattr(backend, "home", settings.store_home()))
+        audit = Journal(audit_path(home), redact=redactor.redact)
 
-    def _sandbox_for(
-        self, backend: Backend, settings: LocalSettings, profile: naming.Profile, task_key: str,
-        persistent: bool,
-    ) -> tuple[Sandbox, Any]:
+        def record(sandbox: Sandbox, created: bool) -> RecordedSandbox:
+            recorded = RecordedSandbox(
+                sandbox, Journal(journal_path(home, sandbox.name), redact=redactor.redact), audit,
+                policy=settings.auto_checkpoint, retention=settings.retention,
+                protected_paths=settings.protected_paths,
+            )
+            if created:
+                recorded.record_create()
+            return recorded
+
         prefix, spec = settings.name_prefix, settings.spec()
-        try:
-            if not persistent:
-                name = naming.require_within_prefix(prefix, naming.ephemeral_name(prefix, profile, task_key))
-                return backend.create(name, spec, ephemeral=True), None
+        reopen = None
+        if persistent:
             key = naming.task_key_for_scope(task_key, settings.scope)
             name = naming.require_within_prefix(prefix, naming.persistent_name(prefix, profile, key))
-            return backend.open(name, spec), lambda: backend.open(name, spec)
-        except BackendUnavailable as exc:
-            raise EnvironmentConnectionError(str(exc)) from exc
-        except SandboxError:
+            recorded = record(*_open(backend, name, spec))
+
+            def reopen() -> RecordedSandbox:
+                return record(*_open(backend, name, spec))
+        else:
+            name = naming.require_within_prefix(prefix, naming.ephemeral_name(prefix, profile, task_key))
+            recorded = record(backend.create(name, spec, ephemeral=True), True)
+        options = EnvironmentOptions(
+            task_key=task_key, persistent=persistent, credentials=dict(settings.credentials),
+            lookup=hermes_profile_secret, sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor,
+            audit=audit, reopen=reopen,
+        )
+        try:
+            return SandboxEnvironment(recorded, cwd=cwd or "/root", timeout=timeout, options=options)
+        except BaseException:
+            if not persistent:
+                recorded.destroy()
             raise
+
+
+def _open(backend: Backend, name: str, spec: SandboxSpec) -> tuple[Sandbox, bool]:
+    """Resume ``name`` or create it; the flag says whether it was created (a new story begins)."""
+    try:
+        return backend.get(name), False
+    except SandboxNotFound:
+        return backend.open(name, spec), True

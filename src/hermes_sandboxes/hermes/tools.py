@@ -1,0 +1,163 @@
+"""Agent tools: the model checkpoints, lists, diffs and restores its own sandbox.
+
+Each tool acts on the sandbox of the task that calls it (Hermes passes ``task_id``; the environment
+is looked up, or brought up, the same way the terminal tool does it). Results are JSON the model can
+act on: ids to pass back, and a sentence saying what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.sandbox import Checkpoint
+
+from .environment import SandboxEnvironment
+
+logger = logging.getLogger(__name__)
+
+TOOLSET = "sandbox"
+MAX_DIFF_ENTRIES = 200
+
+Handler = Callable[..., str]
+
+
+def _result(**fields: Any) -> str:
+    return json.dumps(fields, ensure_ascii=False, default=str)
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+def _environment(task_id: str | None) -> SandboxEnvironment:
+    from tools.terminal_tool import ensure_task_env  # type: ignore[import-untyped]
+
+    env = ensure_task_env(task_id or "default")
+    if not isinstance(env, SandboxEnvironment):
+        raise LookupError("the terminal backend is not the sandbox backend (terminal.backend: sandbox)")
+    return env
+
+
+def _checkpoint_view(cp: Checkpoint) -> dict[str, Any]:
+    """A checkpoint and its story: why it was taken and the commands run since the one before."""
+    extra = dict(cp.extra)
+    view: dict[str, Any] = {"id": cp.id, "created_at": round(cp.created_at, 3), "comment": cp.comment,
+                            "trigger": extra.get("trigger")}
+    if extra.get("trigger_command"):
+        view["taken_before"] = extra["trigger_command"]
+    commands = extra.get("commands") or []
+    view["commands_before_it"] = [
+        {"command": c.get("command"), "exit_code": c.get("exit_code")} for c in commands[-10:]]
+    if len(commands) > 10:
+        view["earlier_commands_omitted"] = len(commands) - 10
+    if extra.get("health"):
+        view["health"] = extra["health"]
+    return view
+
+
+def _guarded(fn: Callable[[SandboxEnvironment, dict[str, Any]], str]) -> Handler:
+    def handler(args: dict[str, Any], task_id: str | None = None, **_: Any) -> str:
+        try:
+            return fn(_environment(task_id), args or {})
+        except (SandboxError, LookupError) as exc:
+            return _error(str(exc))
+
+    handler.__name__ = fn.__name__
+    return handler
+
+
+def checkpoint_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
+    comment = str(args.get("comment") or "").strip()
+    if not comment:
+        return _error("give a comment saying what state this checkpoint captures")
+    cp = env.recorded.checkpoint(comment, trigger="agent")
+    return _result(
+        checkpoint=cp.id, sandbox=env.sandbox_name, comment=comment,
+        message=f"Saved checkpoint {cp.id}. To return to this state, call sandbox_restore with id {cp.id}.",
+    )
+
+
+def checkpoints_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
+    items = [_checkpoint_view(cp) for cp in env.recorded.checkpoints()]
+    message = (f"{len(items)} checkpoint(s), oldest first." if items
+               else "No checkpoints yet; call sandbox_checkpoint to save one.")
+    return _result(sandbox=env.sandbox_name, checkpoints=items, message=message)
+
+
+def restore_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
+    checkpoint_id = str(args.get("id") or "").strip()
+    if not checkpoint_id:
+        return _error("give the id of a checkpoint (see sandbox_checkpoints)")
+    discarded = env.recorded.restore(checkpoint_id)
+    env.after_restore()
+    undone = "" if discarded is None else f" The effects of {len(discarded)} command(s) since then are gone."
+    return _result(
+        restored=checkpoint_id, sandbox=env.sandbox_name,
+        discarded_commands=None if discarded is None else [r.command for r in discarded][-20:],
+        message=(f"The sandbox's files are back at checkpoint {checkpoint_id}.{undone} Processes that were "
+                 "running were stopped; start again any server you need."),
+    )
+
+
+def diff_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
+    checkpoint_id = str(args.get("id") or "").strip()
+    if not checkpoint_id:
+        return _error("give the id of a checkpoint (see sandbox_checkpoints)")
+    preview = env.recorded.restore_preview(checkpoint_id)
+    if preview.changes is None:
+        return _error(f"no diff for checkpoint {checkpoint_id}: {preview.diff_unavailable}")
+    changes = preview.changes
+    shown = [{"path": c.path, "change": str(c.kind), "size": c.size} for c in changes[:MAX_DIFF_ENTRIES]]
+    message = f"{len(changes)} path(s) changed since checkpoint {checkpoint_id}."
+    if len(changes) > len(shown):
+        message += f" Showing the first {len(shown)}; the summary counts them all."
+    return _result(
+        sandbox=env.sandbox_name, since=checkpoint_id, changes=shown,
+        summary=preview.summary.to_dict() if preview.summary else None, message=message,
+    )
+
+
+_ID = {"type": "string", "description": "a checkpoint id from sandbox_checkpoint or sandbox_checkpoints"}
+
+TOOLS: tuple[tuple[str, str, dict[str, Any], Callable[[SandboxEnvironment, dict[str, Any]], str]], ...] = (
+    ("sandbox_checkpoint",
+     "Save a checkpoint of your sandbox's files (fast). Use it before anything you may want to undo.",
+     {"type": "object", "properties": {"comment": {
+         "type": "string", "description": "what state this captures, e.g. 'tests pass before refactor'"}},
+      "required": ["comment"]},
+     checkpoint_tool),
+    ("sandbox_checkpoints",
+     "List your sandbox's checkpoints, oldest first, each with its comment and what happened around it.",
+     {"type": "object", "properties": {}},
+     checkpoints_tool),
+    ("sandbox_restore",
+     "Roll your sandbox's files back to a checkpoint. Running processes are stopped.",
+     {"type": "object", "properties": {"id": _ID}, "required": ["id"]},
+     restore_tool),
+    ("sandbox_diff",
+     "List the files that changed in your sandbox since a checkpoint (added, modified, deleted).",
+     {"type": "object", "properties": {"id": _ID}, "required": ["id"]},
+     diff_tool),
+)
+
+
+def _available() -> bool:
+    try:
+        from tools.terminal_scope import terminal_env  # type: ignore[import-untyped]
+
+        return str(terminal_env("TERMINAL_ENV", "local")).strip().lower() == "sandbox"
+    except Exception:
+        return False
+
+
+def register_tools(ctx: Any) -> None:
+    for name, description, parameters, fn in TOOLS:
+        schema = {"name": name, "description": description, "parameters": parameters}
+        ctx.register_tool(
+            name=name, toolset=TOOLSET, schema=schema, handler=_guarded(fn), check_fn=_available,
+            description=description, emoji="🧷",
+        )
