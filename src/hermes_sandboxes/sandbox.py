@@ -6,6 +6,7 @@ so callers ask for a capability instead of testing backend names.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import threading
 import time
@@ -236,7 +237,7 @@ class Sandbox(ABC):
             return write
 
         started = time.monotonic()
-        proc = self.start(
+        proc = self._start_for_exec(
             command, cwd=cwd, env=env, stdin=stdin,
             on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr),
         )
@@ -255,6 +256,19 @@ class Sandbox(ABC):
             timed_out=timed_out,
             truncated=out.truncated or err.truncated,
         )
+
+    def _start_for_exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        on_stdout: OutputSink,
+        on_stderr: OutputSink,
+    ) -> Process:
+        """``start`` as used by ``exec``, whose caller waits: a backend may skip background work."""
+        return self.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
 
     @abstractmethod
     def read_file(self, path: str) -> bytes: ...
@@ -312,7 +326,7 @@ class Backend(ABC):
         """An existing sandbox (persistent or ephemeral); SandboxNotFound otherwise."""
 
     @abstractmethod
-    def list(self) -> list[SandboxInfo]: ...
+    def list(self) -> builtins.list[SandboxInfo]: ...
 
-    def doctor(self) -> list[DoctorCheck]:
+    def doctor(self) -> builtins.list[DoctorCheck]:
         return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import shutil
@@ -179,13 +180,13 @@ class LocalBackend(Backend):
             raise SandboxNotFound(f"no sandbox named {name}; see `hermes-sandboxes ls`")
         return LocalSandbox(self, name, meta)
 
-    def names(self) -> list[str]:
+    def names(self) -> builtins.list[str]:
         root = self.home / "sandboxes"
         if not root.is_dir():
             return []
         return sorted(p.parent.name for p in root.glob("*/sandbox.json"))
 
-    def list(self) -> list[SandboxInfo]:
+    def list(self) -> builtins.list[SandboxInfo]:
         infos = []
         for name in self.names():
             try:
@@ -198,7 +199,7 @@ class LocalBackend(Backend):
         """Whether anything of a (possibly half-destroyed) sandbox remains."""
         return self.layout.run_dir(name).exists() or self.store.sandbox_dir(name).exists()
 
-    def doctor(self) -> list[DoctorCheck]:
+    def doctor(self) -> builtins.list[DoctorCheck]:
         from hermes_sandboxes.backends.local.doctor import run_checks
 
         return run_checks(self)

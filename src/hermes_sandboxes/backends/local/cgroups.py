@@ -189,6 +189,14 @@ def freeze(group: Path, timeout: float = 5.0) -> None:
         time.sleep(0.0005)
 
 
+def is_frozen(group: Path) -> bool:
+    fd = os.open(f"{group}/freezer.state", os.O_RDONLY)
+    try:
+        return os.read(fd, 64).strip() != b"THAWED"
+    finally:
+        os.close(fd)
+
+
 def thaw(group: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         _write(group / "freezer.state", "THAWED")

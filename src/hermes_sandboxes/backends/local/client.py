@@ -13,6 +13,7 @@ import secrets
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,13 @@ def ping(socket_path: str) -> bool:
 
 
 class LocalProcess(Process):
+    """A command running in a local sandbox.
+
+    Output is pumped to the sinks by a background thread (``background=True``, what ``start()``
+    gives) or by whichever thread calls ``wait()`` (what ``exec()`` uses: one thread fewer on
+    the hot path of every command).
+    """
+
     def __init__(
         self,
         *,
@@ -56,22 +64,24 @@ class LocalProcess(Process):
         stdin: bytes | None,
         on_stdout: OutputSink | None,
         on_stderr: OutputSink | None,
+        background: bool = True,
     ) -> None:
         self._sandbox = sandbox
-        self._sinks: dict[int, OutputSink | None] = {}
         self._returncode: int | None = None
         self._error: ExecFailed | None = None
+        self._started = threading.Event()
         self._done = threading.Event()
+        self._pump_lock = threading.Lock()
+        self.pid: int | None = None
         self.exec_id = secrets.token_hex(8)
         self._group = freezer / f"x{self.exec_id}"
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), -1)
+        in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1)
         try:
             self._sock = connect(socket_path)
             protocol.send(self._sock, {**request, "op": "exec", "id": self.exec_id}, [in_r, out_w, err_w])
-            reply, _ = protocol.recv(self._sock)
-        except (OSError, EOFError, protocol.ProtocolError) as exc:
+        except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd >= 0:
                     os.close(fd)
@@ -79,28 +89,28 @@ class LocalProcess(Process):
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-        if "error" in reply:
-            os.close(out_r)
-            os.close(err_r)
-            if in_w >= 0:
-                os.close(in_w)
-            raise ExecFailed(f"sandbox {sandbox}: {reply['error']}")
-        self.pid = int(reply["started"])
-        self._sinks = {out_r: on_stdout, err_r: on_stderr}
+        self._sinks: dict[int, OutputSink | None] = {out_r: on_stdout, err_r: on_stderr}
+        self._sel = selectors.DefaultSelector()
+        for fd in self._sinks:
+            os.set_blocking(fd, False)
+            self._sel.register(fd, selectors.EVENT_READ)
+        self._sock.settimeout(None)
+        self._sel.register(self._sock, selectors.EVENT_READ)
         if in_w >= 0:
             threading.Thread(target=_feed, args=(in_w, stdin or b""), daemon=True).start()
-        self._thread = threading.Thread(target=self._pump, daemon=True, name=f"exec-{self.exec_id}")
-        self._thread.start()
+        if background:
+            threading.Thread(target=self._pump, daemon=True, name=f"exec-{self.exec_id}").start()
 
     @property
     def returncode(self) -> int | None:
         return self._returncode
 
     def _emit(self, fd: int) -> bool:
+        """Pass one chunk from ``fd`` to its sink; False at end-of-file or when nothing is there."""
         try:
             chunk = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            return True
+        except (BlockingIOError, InterruptedError):
+            return False
         if not chunk:
             return False
         sink = self._sinks[fd]
@@ -108,43 +118,33 @@ class LocalProcess(Process):
             sink(chunk)
         return True
 
-    def _pump(self) -> None:
-        sel = selectors.DefaultSelector()
-        for fd in self._sinks:
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        self._sock.settimeout(None)
-        sel.register(self._sock, selectors.EVENT_READ)
-        try:
-            while self._returncode is None and self._error is None:
-                for key, _ in sel.select():
+    def _pump(self, deadline: float | None = None) -> None:
+        """Move output and messages until the command is done (or ``deadline`` passes)."""
+        with self._pump_lock:
+            while not self._done.is_set():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                for key, _ in self._sel.select(remaining):
                     if key.fileobj is self._sock:
                         self._on_message()
-                    elif not self._emit(key.fd):  # type: ignore[arg-type]
-                        sel.unregister(key.fd)
-            # The command has exited: what it wrote is already in the pipes. Drain without waiting
-            # for end-of-file, which a background child holding the pipe would postpone forever.
-            for fd in self._sinks:
-                while self._emit_nonblocking(fd):
-                    pass
-        finally:
-            sel.close()
-            for fd in self._sinks:
-                os.close(fd)
-            self._sock.close()
-            self._done.set()
+                    elif not self._emit(key.fd):
+                        self._sel.unregister(key.fd)
+                if self._returncode is not None or self._error is not None:
+                    self._finish()
 
-    def _emit_nonblocking(self, fd: int) -> bool:
-        try:
-            chunk = os.read(fd, _CHUNK)
-        except (BlockingIOError, OSError):
-            return False
-        if not chunk:
-            return False
-        sink = self._sinks[fd]
-        if sink is not None:
-            sink(chunk)
-        return True
+    def _finish(self) -> None:
+        # The command has exited, so what it wrote is already in the pipes. Drain without waiting
+        # for end-of-file, which a background child holding the pipe would postpone forever.
+        for fd in self._sinks:
+            while self._emit(fd):
+                pass
+        self._sel.close()
+        for fd in self._sinks:
+            os.close(fd)
+        self._sock.close()
+        self._started.set()
+        self._done.set()
 
     def _on_message(self) -> None:
         try:
@@ -155,17 +155,32 @@ class LocalProcess(Process):
                 "(restored, destroyed or its init was killed)"
             )
             return
-        if "exit" in message:
+        if "started" in message:
+            self.pid = int(message["started"])
+            self._started.set()
+        elif "exit" in message:
             self._returncode = int(message["exit"])
+        elif "error" in message:
+            self._error = ExecFailed(f"sandbox {self._sandbox}: {message['error']}")
 
     def wait(self, timeout: float | None = None) -> int | None:
-        if not self._done.wait(timeout):
-            return None
+        if not self._done.is_set():
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if self._pump_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                self._pump_lock.release()
+                self._pump(deadline)  # nobody else is pumping: do it in this thread
+            if not self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                return None
         if self._error is not None:
             raise self._error
         return self._returncode
 
     def kill(self) -> None:
+        if self._done.is_set():
+            return
+        # the group exists (and holds the command) once init has answered "started"
+        if not self._started.wait(10):
+            return
         cgroups.kill_group(self._group)
 
 

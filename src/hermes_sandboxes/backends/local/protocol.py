@@ -11,7 +11,10 @@ import json
 import os
 import socket
 import struct
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_MESSAGE = 16 * 1024 * 1024
 MAX_FDS = 4
@@ -44,7 +47,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
 
 def recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
     """One message and the descriptors that came with it. EOFError when the peer closed."""
-    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, MAX_FDS)
+    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
     if not head:
         for fd in fds:
             os.close(fd)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.local import builtins, cgroups, client, masks, paths, treediff
+from hermes_sandboxes.backends.local import cgroups, client, fileops, masks, paths, treediff
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     ExecFailed,
@@ -46,6 +46,14 @@ BASE_ENV = {
     "TERM": "dumb",
 }
 _INIT_ENV = {"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"}  # what /proc/1/environ shows inside
+# -S skips site-packages processing (.pth files of every installed package): the init needs only
+# this package, whose parent directory goes on sys.path. -E ignores PYTHON* variables of the host.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+_LAUNCHER = (
+    sys.executable, "-S", "-E", "-c",
+    f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
+    "from hermes_sandboxes.backends.local.init import main; main()",
+)
 
 
 class LocalSandbox(Sandbox):
@@ -60,6 +68,7 @@ class LocalSandbox(Sandbox):
         self._run = layout.run_dir(name)
         self._lock = layout.lock_file(name)
         self._cgroups: cgroups.SandboxCgroups | None = None
+        self._runtime_cache: tuple[tuple[int, int], dict[str, Any]] | None = None
 
     @property
     def backend(self) -> LocalBackend:
@@ -75,8 +84,19 @@ class LocalSandbox(Sandbox):
     # lifecycle ---------------------------------------------------------------------------------
     def _runtime(self) -> dict[str, Any] | None:
         """The init's record if that init is alive (same boot, same process), else None."""
-        state = paths.read_json(self._run / "init.json")
-        if not isinstance(state, dict) or state.get("boot") != paths.boot_id():
+        path = self._run / "init.json"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        key = (st.st_ino, st.st_mtime_ns)
+        if self._runtime_cache is None or self._runtime_cache[0] != key:
+            state = paths.read_json(path)
+            if not isinstance(state, dict):
+                return None
+            self._runtime_cache = (key, state)
+        state = self._runtime_cache[1]
+        if state.get("boot") != paths.boot_id():
             return None
         pid = int(state.get("pid", 0))
         if pid <= 0 or paths.process_start_time(pid) != state.get("start"):
@@ -94,7 +114,7 @@ class LocalSandbox(Sandbox):
                 self._check_exists()
                 state = self._runtime() or self._start()
         freezer = Path(state["cgroups"]["freezer"])
-        if (freezer / "freezer.state").read_text().strip() != "THAWED" and not paths.is_locked(self._lock):
+        if cgroups.is_frozen(freezer) and not paths.is_locked(self._lock):
             cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
         return str(self._run / "sock"), freezer
 
@@ -129,7 +149,7 @@ class LocalSandbox(Sandbox):
         }
         paths.write_json(self._run / "config.json", config)
         proc = subprocess.run(
-            [sys.executable, "-m", "hermes_sandboxes.backends.local.init", str(self._run / "config.json")],
+            [*_LAUNCHER, str(self._run / "config.json")],
             capture_output=True, text=True, env=_INIT_ENV, start_new_session=True, timeout=60,
         )
         if proc.returncode != 0:
@@ -157,10 +177,8 @@ class LocalSandbox(Sandbox):
 
     def _stop(self) -> None:
         state = paths.read_json(self._run / "init.json")
-        if isinstance(state, dict) and state.get("boot") == paths.boot_id():
-            cgroups.SandboxCgroups(state.get("cgroups") or {}).kill_all()
-        elif self._runtime() is not None:  # pragma: no cover - defensive: record without groups
-            os.kill(int(state["pid"]), 9)  # type: ignore[index]
+        if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
+            cgroups.SandboxCgroups(state["cgroups"]).kill_all()
         (self._run / "init.json").unlink(missing_ok=True)
 
     def info(self) -> SandboxInfo:
@@ -180,16 +198,8 @@ class LocalSandbox(Sandbox):
         )
 
     # commands ----------------------------------------------------------------------------------
-    def start(
-        self,
-        command: Command,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
-        on_stdout: OutputSink | None = None,
-        on_stderr: OutputSink | None = None,
-    ) -> Process:
+    @staticmethod
+    def _request(command: Command, cwd: str | None, env: Mapping[str, str] | None, name: str) -> dict[str, Any]:
         if isinstance(command, str):
             request: dict[str, Any] = {"shell": command}
         else:
@@ -200,24 +210,52 @@ class LocalSandbox(Sandbox):
         if cwd is not None and not cwd.startswith("/"):
             raise InvalidInput(f"working directory must be absolute, got {cwd!r}")
         request["cwd"] = cwd
-        request["env"] = {**BASE_ENV, "HOSTNAME": self.name, **(env or {})}
-        return self._launch(request, stdin, on_stdout, on_stderr)
+        request["env"] = {**BASE_ENV, "HOSTNAME": name, **(env or {})}
+        return request
 
-    def _launch(self, request: dict[str, Any], stdin: bytes | None,
-                on_stdout: OutputSink | None, on_stderr: OutputSink | None) -> client.LocalProcess:
+    def start(
+        self,
+        command: Command,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        on_stdout: OutputSink | None = None,
+        on_stderr: OutputSink | None = None,
+    ) -> Process:
+        request = self._request(command, cwd, env, self.name)
+        return self._launch(request, stdin, on_stdout, on_stderr, background=True)
+
+    def _start_for_exec(
+        self,
+        command: Command,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        on_stdout: OutputSink,
+        on_stderr: OutputSink,
+    ) -> Process:
+        request = self._request(command, cwd, env, self.name)
+        return self._launch(request, stdin, on_stdout, on_stderr, background=False)
+
+    def _launch(self, request: dict[str, Any], stdin: bytes | None, on_stdout: OutputSink | None,
+                on_stderr: OutputSink | None, *, background: bool) -> client.LocalProcess:
         self._check_exists()
         sock, freezer = self._ensure_running()
         return client.LocalProcess(sandbox=self.name, socket_path=sock, freezer=freezer, request=request,
-                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+                                   background=background)
 
     def _file_op(self, op: str, path: str, data: bytes | None = None, mode: int = 0o644) -> bytes:
         if not path.startswith("/"):
             raise InvalidInput(f"sandbox paths must be absolute, got {path!r}")
         out, err = bytearray(), bytearray()
-        proc = self._launch({"builtin": op, "path": path, "mode": mode}, data or None, out.extend, err.extend)
+        proc = self._launch({"builtin": op, "path": path, "mode": mode}, data or None, out.extend, err.extend,
+                            background=False)
         code = proc.wait()
         message = err.decode(errors="replace").strip()
-        if code == builtins.NOT_FOUND:
+        if code == fileops.NOT_FOUND:
             raise SandboxFileNotFound(f"sandbox {self.name}: {message}")
         if code != 0:
             raise ExecFailed(f"sandbox {self.name}: {op} {path} failed: {message}")

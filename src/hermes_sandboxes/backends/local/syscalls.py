@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -67,7 +66,7 @@ def umount(target: str, flags: int = 0) -> None:
 
 
 def _syscall_number(table: dict[str, int]) -> int:
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in table:
         raise OSError(f"unsupported architecture {machine}")
     return table[machine]

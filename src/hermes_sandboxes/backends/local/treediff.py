@@ -10,10 +10,11 @@ every change inside them, which the entries themselves already report).
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 from hermes_sandboxes.sandbox import ChangeKind, FileChange
@@ -92,7 +93,7 @@ def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None) -> li
     changes: list[FileChange] = []
     for rel in sorted(old.keys() | new.keys()):
         change = _classify("/" + rel, old_root, new_root, rel, old.get(rel), new.get(rel),
-                           lambda r=rel: _in_base(lower, r, opaque))
+                           functools.partial(_in_base, lower, rel, opaque))
         if change is not None:
             changes.append(change)
     return changes

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
+if TYPE_CHECKING:
+    from typing import Any
 
 NOT_FOUND = 2
 IS_DIRECTORY = 21
