@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.backends.local import cgroups, client, fileops, masks, paths, treediff
+from hermes_sandboxes.backends.local.store import tree_bytes
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     ExecFailed,
@@ -285,8 +287,10 @@ class LocalSandbox(Sandbox):
                     store.snapshot(self.name, checkpoint_id)
             else:
                 store.snapshot(self.name, checkpoint_id)
+            # size_bytes is filled in by the first listing: walking a big layer here would make the
+            # checkpoint's cost grow with the layer, which snapshots exist to avoid
             record = {"id": checkpoint_id, "created_at": started, "comment": comment,
-                      "size_bytes": store.layer_bytes(self.name), "store": store.kind}
+                      "size_bytes": None, "store": store.kind}
             # the record is the commit point: a snapshot without it is never listed
             paths.write_json(store.checkpoints_dir(self.name) / f"{checkpoint_id}.json", record)
             return _checkpoint_from(record)
@@ -297,9 +301,16 @@ class LocalSandbox(Sandbox):
         store.ensure()
         records = []
         for checkpoint_id in store.checkpoint_ids(self.name):
-            record = paths.read_json(store.checkpoints_dir(self.name) / f"{checkpoint_id}.json")
-            if isinstance(record, dict):
-                records.append(_checkpoint_from(record))
+            record_file = store.checkpoints_dir(self.name) / f"{checkpoint_id}.json"
+            record = paths.read_json(record_file)
+            if not isinstance(record, dict):
+                continue
+            if record.get("size_bytes") is None:  # snapshots never change: measure once, keep it
+                snapshot = store.checkpoint_path(self.name, checkpoint_id) / "upper"
+                record["size_bytes"] = tree_bytes(snapshot)
+                with contextlib.suppress(OSError):
+                    paths.write_json(record_file, record)
+            records.append(_checkpoint_from(record))
         return sorted(records, key=lambda c: c.created_at)
 
     def _require_checkpoint(self, checkpoint_id: str) -> None:

@@ -1,0 +1,256 @@
+"""Benchmarks of the local sandbox, measured in one run against the targets of the foundation issue.
+
+Run as root: ``.venv/bin/python benchmarks/bench_local.py [--quick] [--out FILE]``. It builds a
+throw-away store under /tmp, so it never touches real sandboxes, and removes it at the end.
+Writes JSON (default benchmarks/results/local.json) and prints a Markdown table.
+
+Medians of repeated samples; the exec round trip is interleaved with the host baseline so both see
+the same machine load. No number here is asserted by the test suite: these machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local.store import BtrfsStore
+
+HERE = Path(__file__).resolve().parent
+LAYERS = {"1MB": (1 << 20, 100), "100MB": (100 << 20, 3_000), "700MB": (700 << 20, 20_000)}
+QUICK_LAYERS = {"1MB": (1 << 20, 100), "100MB": (100 << 20, 3_000)}
+
+# Writes `count` files totalling `size` bytes under /root/venv, spread over directories the way a
+# virtualenv's site-packages is (many packages, a few dozen files each).
+POPULATE = """
+import os, sys
+size, count = int(sys.argv[1]), int(sys.argv[2])
+each = max(1, size // count)
+for i in range(count):
+    d = f"/root/venv/lib/python3/site-packages/pkg{i // 40:04d}"
+    if i % 40 == 0:
+        os.makedirs(d, exist_ok=True)
+    with open(f"{d}/mod{i % 40:02d}.py", "wb") as f:
+        f.write(os.urandom(each))
+"""
+
+
+def median_ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000, 2)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_exec(sb: LocalSandbox, n: int) -> dict[str, Any]:
+    sandbox, host = [], []
+    for _ in range(10):
+        sb.exec(["true"])
+    for _ in range(n):
+        sandbox.append(timed(lambda: sb.exec(["true"])))
+        host.append(timed(lambda: subprocess.run(["bash", "-c", "true"], check=True)))
+    p50, base = median_ms(sandbox), median_ms(host)
+    return {"sandbox_exec_true_p50_ms": p50, "sandbox_exec_true_p90_ms": round(
+        sorted(sandbox)[int(n * 0.9)] * 1000, 2), "host_bash_c_true_p50_ms": base,
+        "ratio_to_host": round(p50 / base, 2), "samples": n}
+
+
+def bench_layer(backend: LocalBackend, label: str, size: int, count: int, reps: int) -> dict[str, Any]:
+    sb = backend.create(f"bench-layer-{label.lower()}")
+    try:
+        result = sb.exec(["python3", "-c", POPULATE, str(size), str(count)], timeout=900)
+        if result.exit_code != 0:
+            raise RuntimeError(f"populating the {label} layer failed: {result.stderr}")
+        files = int(sb.exec("find /root/venv -type f | wc -l").stdout.strip())
+        layer = sb.info().layer_bytes or 0
+        first = timed(lambda: sb.checkpoint("right after the write"))
+        checkpoints: list[float] = []
+        for i in range(reps):
+            checkpoints.append(timed(lambda i=i: sb.checkpoint(f"bench {i}")))  # type: ignore[misc]
+        target = sb.checkpoints()[-1].id
+        restores, usable = [], []
+        for _ in range(max(3, reps // 2)):
+            restores.append(timed(lambda: sb.restore(target)))
+            usable.append(timed(lambda: sb.exec(["true"])))
+        return {"layer_bytes": layer, "files": files,
+                "checkpoint_first_ms": round(first * 1000, 2),
+                "checkpoint_p50_ms": median_ms(checkpoints),
+                "restore_incl_restart_p50_ms": median_ms(restores),
+                "first_exec_after_restore_p50_ms": median_ms(usable)}
+    finally:
+        sb.destroy()
+
+
+def bench_create(backend: LocalBackend, n: int) -> dict[str, Any]:
+    create, first_exec = [], []
+    for i in range(n):
+        name = f"bench-create-{i}"
+        holder: dict[str, LocalSandbox] = {}
+        create.append(timed(lambda name=name: holder.update(sb=backend.create(name))))  # type: ignore[misc]
+        first_exec.append(timed(lambda: holder["sb"].exec(["true"])))
+        holder["sb"].destroy()
+    return {"create_p50_ms": median_ms(create), "first_exec_after_create_p50_ms": median_ms(first_exec),
+            "create_and_first_exec_p50_ms": round(median_ms(create) + median_ms(first_exec), 2)}
+
+
+def init_memory(sb: LocalSandbox) -> tuple[int, int]:
+    state = sb._runtime()
+    assert state is not None
+    pid = int(state["pid"])
+    rss = pss = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == "Rss":
+            rss = int(value.split()[0])
+        elif key == "Pss":
+            pss = int(value.split()[0])
+    return rss * 1024, pss * 1024
+
+
+def bench_memory(backend: LocalBackend, n: int) -> dict[str, Any]:
+    sandboxes = [backend.create(f"bench-idle-{i}") for i in range(n)]
+    try:
+        for sb in sandboxes:
+            for _ in range(5):
+                sb.exec(["true"])
+        time.sleep(0.5)
+        readings = [init_memory(sb) for sb in sandboxes]
+        return {"idle_init_rss_mb": round(statistics.median(r for r, _ in readings) / 2**20, 2),
+                "idle_init_pss_mb": round(statistics.median(p for _, p in readings) / 2**20, 2),
+                "sandboxes": n}
+    finally:
+        for sb in sandboxes:
+            sb.destroy()
+
+
+def bench_concurrent(backend: LocalBackend, n: int) -> dict[str, Any]:
+    results: dict[int, int] = {}
+    errors: list[str] = []
+
+    def one(i: int) -> None:
+        try:
+            sb = backend.create(f"bench-many-{i}")
+            results[i] = sb.exec(f"echo sandbox {i}").exit_code
+        except Exception as exc:
+            errors.append(f"{i}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    for i in range(n):
+        try:
+            backend.get(f"bench-many-{i}").destroy()
+        except Exception as exc:
+            errors.append(f"destroy {i}: {exc}")
+    ok = sum(1 for code in results.values() if code == 0)
+    return {"sandboxes": n, "succeeded": ok, "errors": errors, "wall_s": round(wall, 2)}
+
+
+TARGETS = {
+    "exec_p50_ms": 10.0, "exec_ratio_to_host": 3.0, "checkpoint_p50_ms": 50.0,
+    "restore_incl_restart_ms": 300.0, "create_ms": 300.0, "idle_memory_mb": 20.0,
+}
+
+
+def verdicts(r: dict[str, Any]) -> dict[str, bool]:
+    layers = r["layers"].values()
+    return {
+        "exec_p50_ms": r["exec"]["sandbox_exec_true_p50_ms"] <= TARGETS["exec_p50_ms"],
+        "exec_ratio_to_host": r["exec"]["ratio_to_host"] <= TARGETS["exec_ratio_to_host"],
+        "checkpoint_p50_ms": all(v["checkpoint_p50_ms"] <= TARGETS["checkpoint_p50_ms"] for v in layers),
+        "restore_incl_restart_ms": all(
+            v["restore_incl_restart_p50_ms"] <= TARGETS["restore_incl_restart_ms"] for v in layers),
+        "create_ms": r["create"]["create_and_first_exec_p50_ms"] <= TARGETS["create_ms"],
+        "idle_memory_mb": r["memory"]["idle_init_pss_mb"] <= TARGETS["idle_memory_mb"],
+        "concurrent_all_succeed": r["concurrent"]["succeeded"] == r["concurrent"]["sandboxes"],
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    e, c, m, k = r["exec"], r["create"], r["memory"], r["concurrent"]
+    rows = [
+        ("exec round trip of `true` (p50)", f"{e['sandbox_exec_true_p50_ms']} ms", "<= 10 ms"),
+        ("host `bash -c true` spawn (p50, same run)", f"{e['host_bash_c_true_p50_ms']} ms", ""),
+        ("exec / host spawn", f"{e['ratio_to_host']}x", "<= 3x"),
+        ("create (store exists)", f"{c['create_p50_ms']} ms", ""),
+        ("create + first exec (starts the init)", f"{c['create_and_first_exec_p50_ms']} ms", "<= 300 ms"),
+        ("idle sandbox memory on the host (init PSS / RSS)",
+         f"{m['idle_init_pss_mb']} / {m['idle_init_rss_mb']} MB", "<= 20 MB"),
+        (f"{k['sandboxes']} sandboxes created + one command each, concurrently",
+         f"{k['succeeded']}/{k['sandboxes']} ok in {k['wall_s']} s", "all succeed"),
+    ]
+    for label, v in r["layers"].items():
+        size = f"{label} layer ({v['files']} files, {v['layer_bytes'] / 2**20:.0f} MiB on disk)"
+        rows.append((f"checkpoint, {size} (p50; first right after writing)",
+                     f"{v['checkpoint_p50_ms']} ms ({v['checkpoint_first_ms']} ms)", "<= 50 ms"))
+        rows.append((f"restore incl. restart, {size} (p50)", f"{v['restore_incl_restart_p50_ms']} ms",
+                     "<= 300 ms"))
+    lines = ["| measure | result | target |", "| --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {t} |" for a, b, t in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small layers and few samples (a smoke run)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "local.json")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench_local: must run as root (the local sandbox needs it)", file=sys.stderr)
+        return 2
+    home = Path(tempfile.mkdtemp(prefix="hsb-", dir="/tmp"))
+    backend = LocalBackend(home, image_size="32G")
+    reps = 3 if args.quick else 9
+    results: dict[str, Any] = {}
+    try:
+        print("exec round trip...", file=sys.stderr)
+        sb = backend.create("bench-exec")
+        results["exec"] = bench_exec(sb, 40 if args.quick else 300)
+        sb.destroy()
+        print("create...", file=sys.stderr)
+        results["create"] = bench_create(backend, 3 if args.quick else 10)
+        print("idle memory...", file=sys.stderr)
+        results["memory"] = bench_memory(backend, 2 if args.quick else 5)
+        print("concurrency...", file=sys.stderr)
+        results["concurrent"] = bench_concurrent(backend, 20)
+        results["layers"] = {}
+        for label, (size, count) in (QUICK_LAYERS if args.quick else LAYERS).items():
+            print(f"checkpoint/restore with a {label} layer...", file=sys.stderr)
+            results["layers"][label] = bench_layer(backend, label, size, count, reps)
+        results["store"] = backend.store.kind
+    finally:
+        for name in backend.names():
+            backend.get(name).destroy()
+        if isinstance(backend._store, BtrfsStore):
+            backend._store.unmount()
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+    report = {"benchmark": "local", "quick": args.quick, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
+              "targets": TARGETS, "results": results, "meets_targets": verdicts(results)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(results))
+    print(f"\nwritten to {args.out}; targets met: {report['meets_targets']}")
+    return 0 if all(report["meets_targets"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
