@@ -2,8 +2,9 @@
 
     <home>/store.img, <home>/mnt/          the btrfs store (see store.py)
     <home>/sandboxes/<name>/sandbox.json   a sandbox exists exactly when this file does
-    <home>/run/<name>/                     runtime: init.json (pid, start time, boot id), sock,
+    <home>/run/<name>/                     runtime: init.json (pid, start time, boot id),
                                            config.json, init.log, root/ (mount point, empty on host)
+    <home>/s/<digest>                      the init's control socket (a short path: see below)
     <home>/locks/<name>.lock               per-sandbox lock (flock: released if the holder dies)
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import time
@@ -23,7 +25,8 @@ from hermes_sandboxes.errors import InvalidInput, SandboxBusy
 DEFAULT_HOME = Path("/var/lib/hermes-sandboxes")
 HOME_ENV = "HERMES_SANDBOXES_HOME"
 _SOCKET_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
-_LONGEST_NAME = 63
+_SOCKET_DIGEST = 16  # sockets are named by a digest of the sandbox name, not the name itself, so
+# the 108-byte limit of a socket path leaves room for a long home however long the name
 
 
 def resolve_home(home: str | os.PathLike[str] | None) -> Path:
@@ -32,7 +35,7 @@ def resolve_home(home: str | os.PathLike[str] | None) -> Path:
     if any(c in text for c in ",:\\ \n\t"):
         # the path goes into overlayfs mount options, where these characters are separators
         raise InvalidInput(f"sandbox home {text!r} must not contain commas, colons, backslashes or spaces")
-    longest_socket = len(text) + len("/run/") + _LONGEST_NAME + len("/sock")
+    longest_socket = len(text) + len("/s/") + _SOCKET_DIGEST
     if longest_socket > _SOCKET_MAX:
         raise InvalidInput(
             f"sandbox home {text!r} is too long ({len(text)} characters): unix socket paths under it "
@@ -54,6 +57,9 @@ class Layout:
 
     def run_dir(self, name: str) -> Path:
         return self.home / "run" / name
+
+    def socket_file(self, name: str) -> Path:
+        return self.home / "s" / hashlib.sha256(name.encode()).hexdigest()[:_SOCKET_DIGEST]
 
     def lock_file(self, name: str) -> Path:
         return self.home / "locks" / f"{name}.lock"

@@ -69,6 +69,7 @@ class LocalSandbox(Sandbox):
         self._meta_file = layout.meta_file(name)
         self._run = layout.run_dir(name)
         self._lock = layout.lock_file(name)
+        self._socket = layout.socket_file(name)
         self._cgroups: cgroups.SandboxCgroups | None = None
         self._runtime_cache: tuple[tuple[int, int], dict[str, Any]] | None = None
 
@@ -118,7 +119,7 @@ class LocalSandbox(Sandbox):
         freezer = Path(state["cgroups"]["freezer"])
         if cgroups.is_frozen(freezer) and not paths.is_locked(self._lock):
             cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
-        return str(self._run / "sock"), freezer
+        return str(self._socket), freezer
 
     def _start(self) -> dict[str, Any]:
         """Start the init (caller holds the lock)."""
@@ -136,6 +137,7 @@ class LocalSandbox(Sandbox):
         groups.create(self._backend.effective_limits(self.spec.limits))
         self._run.mkdir(parents=True, exist_ok=True)
         (self._run / "root").mkdir(exist_ok=True)
+        self._socket.parent.mkdir(mode=0o700, exist_ok=True)
         config = {
             "name": self.name,
             "hostname": self.name,
@@ -143,7 +145,7 @@ class LocalSandbox(Sandbox):
             "upper": str(layer / "upper"),
             "work": str(layer / "work"),
             "merged": str(self._run / "root"),
-            "socket": str(self._run / "sock"),
+            "socket": str(self._socket),
             "log": str(self._run / "init.log"),
             "network": self.spec.network,
             "cgroups": list(groups.dirs.values()),
@@ -361,6 +363,7 @@ class LocalSandbox(Sandbox):
             self._backend.store.ensure()
             self._backend.store.remove_sandbox(self.name)
             _rmtree(self._run)
+            self._socket.unlink(missing_ok=True)
             _rmtree(self._meta_file.parent)
 
 
