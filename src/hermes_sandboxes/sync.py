@@ -93,11 +93,8 @@ class SandboxFileSync:
 
     def _download(self, dest: Path) -> None:
         try:
-            parent, leaf = posixpath.split(self._remote_base)
-            script = (
-                f"cd {shlex.quote(parent or '/')} && "
-                f"tar cf - --exclude='*.sock' {shlex.quote(leaf)}"
-            )
+            # Hermes maps archive members back as "/" + member, so archive paths relative to "/".
+            script = f"tar cf - --exclude='*.sock' -C / {shlex.quote(self._remote_base.lstrip('/'))}"
             with dest.open("wb") as out:
 
                 def write(chunk: bytes) -> None:
