@@ -1,0 +1,148 @@
+"""Settings refusal, the agent's checkpoint tools, automatic checkpoints, per-command credentials and
+the audit log, all through a real Hermes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from hermes_sandboxes.journal import audit_path
+
+if TYPE_CHECKING:
+    from tests.hermes.conftest import HermesHarness
+
+HERMES_BIN = Path(sys.executable).parent / "hermes"
+TOKEN = "flytok-1f2e3d4c5b6a"
+
+
+def _status_full(hermes: HermesHarness) -> str:
+    env = {**os.environ, "HERMES_HOME": str(hermes.home)}
+    done = subprocess.run([str(HERMES_BIN), "status", "--full"], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("settings_yaml", "key", "reason"), [
+    ("name_prefix: 123", "settings.name_prefix", "YAML read 123 as int"),
+    ("scope: sesion", "settings.scope", "'sesion' is not a scope"),
+    ("memory: 2048", "settings.memory", "expected a size with a unit"),
+    ("netwrok: host", "settings.netwrok", "unknown setting"),
+])
+def test_invalid_settings_refuse_with_the_key_and_reason_in_the_result_and_in_status(
+    hermes: HermesHarness, settings_yaml: str, key: str, reason: str,
+) -> None:
+    hermes.write_config(
+        "terminal:\n  backend: sandbox\nplugins:\n  enabled: [sandbox]\n  entries:\n    sandbox:\n"
+        f"      settings:\n        {settings_yaml}\n")
+    result = hermes.run("echo should-not-run")
+    assert "should-not-run" not in result.get("output", "")
+    assert f"plugins.entries.sandbox.{key}" in result["error"] and reason in result["error"]
+    assert hermes.sandbox_names() == []
+    if key.endswith("name_prefix"):  # one full `hermes status --full` run is enough (it takes seconds)
+        status = _status_full(hermes)
+        assert "Sandbox settings" in status and f"plugins.entries.sandbox.{key}" in status
+
+
+def test_an_unparseable_config_refuses_instead_of_running_on_defaults(hermes: HermesHarness) -> None:
+    hermes.write_config("terminal:\n  backend: sandbox\nplugins: [unclosed\n")
+    result = hermes.run("echo should-not-run")
+    assert "cannot be parsed" in result["error"] and "config.yaml" in result["error"]
+
+
+def test_null_clears_a_setting_and_off_means_off(hermes: HermesHarness) -> None:
+    hermes.write_config(
+        "terminal:\n  backend: sandbox\nplugins:\n  enabled: [sandbox]\n  entries:\n    sandbox:\n"
+        f"      settings:\n        name_prefix: {hermes.prefix}\n        scope: null\n        auto_checkpoint: off\n")
+    result = hermes.run("rm -rf /root/anything")
+    assert result["exit_code"] == 0 and "checkpoint" not in result["output"]
+    assert hermes.env().recorded.policy == "off"
+
+
+def test_the_agent_checkpoints_diffs_and_restores_its_own_sandbox(hermes: HermesHarness) -> None:
+    hermes.run("mkdir -p /root/app && echo v1 > /root/app/main.py")
+    saved = hermes.call("sandbox_checkpoint", {"comment": "v1 works"})
+    checkpoint_id = saved["checkpoint"]
+    assert "sandbox_restore" in saved["message"]
+    hermes.run("echo v2-broken > /root/app/main.py && touch /root/app/new.py")
+
+    diff = hermes.call("sandbox_diff", {"id": checkpoint_id})
+    changed = {c["path"]: c["change"] for c in diff["changes"]}
+    assert changed.get("/root/app/main.py") == "modified" and changed.get("/root/app/new.py") == "added"
+
+    listed = hermes.call("sandbox_checkpoints", {})
+    assert [c["id"] for c in listed["checkpoints"]] == [checkpoint_id]
+    assert listed["checkpoints"][0]["trigger"] == "agent"
+
+    restored = hermes.call("sandbox_restore", {"id": checkpoint_id})
+    assert restored["restored"] == checkpoint_id
+    assert any("v2-broken" in c for c in restored["discarded_commands"])
+    assert hermes.run("cat /root/app/main.py; ls /root/app")["output"].split() == ["v1", "main.py"]
+
+    missing = hermes.call("sandbox_restore", {"id": "ck-nope"})
+    assert "ck-nope" in missing["error"]
+
+
+def test_a_risky_command_is_preceded_by_a_checkpoint_the_model_can_restore(hermes: HermesHarness) -> None:
+    hermes.run("mkdir -p /root/data && echo precious > /root/data/db")
+    result = hermes.run("rm -rf /root/data")
+    note = result["output"]
+    assert "checkpoint" in note and "sandbox_restore" in note
+    checkpoint_id = note.split("checkpoint ")[1].split()[0]
+    assert hermes.run("cat /root/data/db")["exit_code"] != 0
+    assert hermes.call("sandbox_restore", {"id": checkpoint_id})["restored"] == checkpoint_id
+    assert hermes.run("cat /root/data/db")["output"].strip() == "precious"
+    story = hermes.call("sandbox_checkpoints", {})["checkpoints"][0]
+    assert story["trigger"] == "auto" and story["taken_before"] == "rm -rf /root/data"
+
+
+def _install_fake_flyctl(hermes: HermesHarness) -> None:
+    script = '#!/bin/sh\\necho "token=$FLY_API_TOKEN length=${#FLY_API_TOKEN}"\\n'
+    assert hermes.run(f"printf '{script}' > /usr/local/bin/flyctl && chmod +x /usr/local/bin/flyctl")[
+        "exit_code"] == 0
+
+
+def test_a_mapped_secret_reaches_only_the_command_that_runs_its_program(hermes: HermesHarness) -> None:
+    (hermes.home / ".env").write_text(f"FLY_API_TOKEN={TOKEN}\n")
+    hermes.configure(credentials={"flyctl": "FLY_API_TOKEN"})
+    _install_fake_flyctl(hermes)
+
+    result = hermes.run("flyctl deploy")
+    assert TOKEN not in json.dumps(result)
+    assert f"token=[REDACTED:FLY_API_TOKEN] length={len(TOKEN)}" in result["output"]
+
+    assert hermes.run("echo ${FLY_API_TOKEN:-unset}")["output"].strip() == "unset"
+    assert hermes.run("echo flyctl; env | grep -c FLY_API_TOKEN || true")["output"].split()[-1] == "0"
+    # never on the sandbox's disk: Hermes's shell snapshot leaves the name out
+    assert hermes.run("grep -rl FLY_API_TOKEN /tmp /root 2>/dev/null | wc -l")["output"].strip() == "0"
+
+    audit = audit_path(hermes.backend.home).read_text()
+    assert TOKEN not in audit
+    records = [json.loads(line) for line in audit.splitlines() if hermes.prefix in line]
+    flyctl = [r for r in records if r.get("command") == "flyctl deploy"]
+    assert flyctl and flyctl[0]["origin"]["credentials"] == "FLY_API_TOKEN"
+
+
+def test_a_missing_secret_is_reported_and_the_command_runs_without_it(hermes: HermesHarness) -> None:
+    hermes.configure(credentials={"flyctl": "FLY_API_TOKEN_NOT_SET"})
+    _install_fake_flyctl(hermes)
+    result = hermes.run("flyctl status")
+    assert "length=0" in result["output"]
+    assert "FLY_API_TOKEN_NOT_SET is not set in this Hermes profile" in result["output"]
+
+
+def test_every_command_lands_in_the_audit_log_with_its_task_and_session(
+    hermes: HermesHarness, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HERMES_SESSION_KEY", "a")
+    hermes.run("echo audited", task_id="turn-7")
+    records = [json.loads(line) for line in audit_path(hermes.backend.home).read_text().splitlines()]
+    mine = [r for r in records if r.get("type") == "exec" and r.get("command") == "echo audited"
+            and r["sandbox"].startswith(hermes.prefix)]
+    assert mine and mine[-1]["origin"]["session"] == "a" and mine[-1]["origin"]["task"] == "session:a"
+    assert mine[-1]["exit_code"] == 0
