@@ -1,0 +1,5 @@
+"""``python -m hermes_sandboxes.cli``: the same as the ``hermes-sandboxes`` console script."""
+
+from hermes_sandboxes.cli.app import main
+
+main()

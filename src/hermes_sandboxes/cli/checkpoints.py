@@ -1,0 +1,309 @@
+"""Checkpoint commands (create, list, show, diff, restore, rm) and ``log``, the audit trail.
+
+The story columns (trigger, commands since the previous checkpoint) come from the recorder's
+journal; without the recorder they read ``-``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+
+from hermes_sandboxes.cli.output import (
+    Ui,
+    age,
+    clock,
+    duration,
+    error,
+    human_size,
+    is_stdin_tty,
+    one_line,
+    signed_size,
+)
+from hermes_sandboxes.cli.session import Preview, Session, Workspace
+from hermes_sandboxes.diffsummary import DEFAULT_MAX_ROWS, DiffSummary, full_listing, summarize
+from hermes_sandboxes.errors import SandboxNotFound
+from hermes_sandboxes.identity import validate_name
+from hermes_sandboxes.journal import (
+    CheckpointDeleteRecord,
+    CheckpointRecord,
+    CreateRecord,
+    DestroyRecord,
+    ExecRecord,
+    Record,
+    RestoreRecord,
+)
+from hermes_sandboxes.sandbox import ChangeKind, Checkpoint, FileChange
+
+EXIT_CANCELLED = 1
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def _session(workspace: Workspace, name: str) -> Session:
+    return workspace.session(workspace.sandbox(name))
+
+
+@click.group()
+def checkpoint() -> None:
+    """Save, list, inspect and restore a sandbox's state."""
+
+
+@checkpoint.command(name="create")
+@click.argument("name")
+@click.option("-m", "--message", "comment", default="", help="What this state is (e.g. 'tests pass').")
+@click.pass_obj
+def create_checkpoint(workspace: Workspace, name: str, comment: str) -> None:
+    """Checkpoint NAME now; prints the checkpoint's id."""
+    ui = Ui()
+    session = _session(workspace, name)
+    started = time.monotonic()
+    with ui.status(f"checkpointing {name}…"):
+        taken = session.checkpoint(comment)
+    session.close()
+    ui.result(taken.id)
+    ui.note(f"checkpoint of {name} taken in {duration(time.monotonic() - started)}")
+
+
+@checkpoint.command(name="list")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def list_checkpoints(workspace: Workspace, name: str, as_json: bool) -> None:
+    """NAME's checkpoints, newest first, with their story."""
+    ui = Ui()
+    session = _session(workspace, name)
+    taken = list(reversed(session.checkpoints()))
+    if as_json:
+        ui.json([c.to_dict() for c in taken])
+        return
+    if not taken:
+        ui.note(f"{name} has no checkpoints; take one with: hermes-sandboxes checkpoint create {name}")
+        return
+    rows = [[c.id, age(c.created_at), _trigger(c), one_line(c.comment) or "-", _commands_count(c),
+             human_size(c.size_bytes)] for c in taken]
+    ui.table(["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE"], rows)
+
+
+def _trigger(c: Checkpoint) -> str:
+    return str(c.extra.get("trigger") or "-")
+
+
+def _commands(c: Checkpoint) -> list[Mapping[str, Any]] | None:
+    if not c.extra.get("journaled"):
+        return None
+    commands = c.extra.get("commands")
+    return list(commands) if isinstance(commands, list) else None
+
+
+def _commands_count(c: Checkpoint) -> str:
+    commands = _commands(c)
+    return "-" if commands is None else str(len(commands))
+
+
+@checkpoint.command(name="show")
+@click.argument("name")
+@click.argument("checkpoint_id", metavar="ID")
+@json_option
+@click.pass_obj
+def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, as_json: bool) -> None:
+    """Everything known about one checkpoint: when, why, and what ran before it."""
+    ui = Ui()
+    c = _session(workspace, name).get_checkpoint(checkpoint_id)
+    if as_json:
+        ui.json(c.to_dict())
+        return
+    extra = c.extra
+    health = extra.get("health")
+    fields = [
+        ("id", c.id),
+        ("created", f"{clock(c.created_at)} ({age(c.created_at)} ago)"),
+        ("comment", c.comment or "-"),
+        ("trigger", _trigger(c)),
+        ("trigger command", str(extra.get("trigger_command") or "-")),
+        ("previous", str(extra.get("previous") or "-")),
+        ("size", human_size(c.size_bytes)),
+        ("health", "-" if not isinstance(health, Mapping) else
+         f"{'passed' if health.get('passed') else 'FAILED'}: {health.get('command')} "
+         f"(exit {health.get('exit_code')})"),
+    ]
+    ui.table(["FIELD", "VALUE"], [[k, v] for k, v in fields])
+    commands = _commands(c)
+    if commands is None:
+        ui.note("no journal for this checkpoint: the commands before it are unknown")
+    elif commands:
+        _commands_table(ui, commands, title="commands since the previous checkpoint")
+    else:
+        ui.line("no commands since the previous checkpoint")
+
+
+def _commands_table(ui: Ui, commands: Sequence[Mapping[str, Any]], *, title: str) -> None:
+    rows = [[clock(float(c.get("ts") or 0)), _exit_text(c.get("exit_code"), bool(c.get("timed_out"))),
+             duration(c.get("duration_s")), one_line(str(c.get("command", "")), 80)] for c in commands]
+    ui.table(["TIME", "EXIT", "TOOK", "COMMAND"], rows, title=title)
+
+
+def _exit_text(code: object, timed_out: bool = False) -> str:
+    if timed_out:
+        return "timeout"
+    return "-" if code is None else str(code)
+
+
+@checkpoint.command(name="diff")
+@click.argument("name")
+@click.argument("from_id", metavar="ID")
+@click.argument("to_id", metavar="[ID2]", required=False)
+@click.option("--full", is_flag=True, help="Every changed file, not a summary by directory.")
+@json_option
+@click.pass_obj
+def diff_checkpoint(workspace: Workspace, name: str, from_id: str, to_id: str | None, full: bool,
+                    as_json: bool) -> None:
+    """What changed since checkpoint ID (or between ID and ID2)."""
+    ui = Ui()
+    session = _session(workspace, name)
+    with ui.status("comparing…"):
+        changes = session.diff(from_id, to_id)
+    summary = summarize(changes)
+    if as_json:
+        data: dict[str, Any] = {"from": from_id, "to": to_id, "summary": summary.to_dict()}
+        if full:
+            data["changes"] = [_change_dict(c) for c in full_listing(changes)]
+        ui.json(data)
+        return
+    target = to_id or "now"
+    if not changes:
+        ui.line(f"no changes from {from_id} to {target}")
+        return
+    if full:
+        ui.table(["", "PATH", "SIZE"], [[_marker(c), c.path, _change_size(c)] for c in full_listing(changes)],
+                 title=f"changes from {from_id} to {target}")
+    else:
+        summary_table(ui, summary, title=f"changes from {from_id} to {target}")
+
+
+def _change_dict(c: FileChange) -> dict[str, Any]:
+    return {"path": c.path, "kind": str(c.kind), "size": c.size, "old_size": c.old_size}
+
+
+def _marker(c: FileChange) -> str:
+    return {ChangeKind.ADDED: "+", ChangeKind.MODIFIED: "~", ChangeKind.DELETED: "-"}[c.kind]
+
+
+def _change_size(c: FileChange) -> str:
+    if c.kind is ChangeKind.MODIFIED and c.old_size is not None:
+        return f"{human_size(c.old_size)} -> {human_size(c.size)}"
+    return human_size(c.size if c.kind is not ChangeKind.DELETED else c.old_size)
+
+
+def summary_table(ui: Ui, summary: DiffSummary, *, title: str) -> None:
+    rows = [[r.path + (" (rest)" if r.rest else ""), str(r.files), str(r.added), str(r.modified),
+             str(r.deleted), signed_size(r.net_bytes)] for r in (*summary.rows, summary.total)]
+    rows[-1][0] = "total"
+    ui.table(["DIRECTORY", "FILES", "ADDED", "MODIFIED", "DELETED", "NET SIZE"], rows, title=title)
+
+
+@checkpoint.command(name="restore")
+@click.argument("name")
+@click.argument("checkpoint_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: bool) -> int:
+    """Return NAME to checkpoint ID, after showing what that throws away."""
+    ui = Ui()
+    session = _session(workspace, name)
+    with ui.status("working out what a restore would discard…"):
+        preview = session.preview(checkpoint_id)
+    show_preview(ui, preview)
+    if not yes and is_stdin_tty() and not click.confirm(
+            f"Restore {name} to {checkpoint_id} and discard all of the above?", err=True):
+        error("restore cancelled; nothing was changed")
+        return EXIT_CANCELLED
+    started = time.monotonic()
+    with ui.status(f"restoring {name} to {checkpoint_id}…"):
+        session.restore(checkpoint_id)
+    session.close()
+    ui.note(f"restored {name} to {checkpoint_id} in {duration(time.monotonic() - started)}", style="green")
+    return 0
+
+
+def show_preview(ui: Ui, preview: Preview, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+    c = preview.checkpoint
+    comment = f" \"{one_line(c.comment)}\"" if c.comment else ""
+    ui.line(f"Restoring to {c.id}{comment}, taken {age(c.created_at)} ago, throws away:", style="bold")
+    if preview.summary is None:
+        ui.line(f"  file changes: unknown ({preview.diff_unavailable})")
+    elif not preview.changes:
+        ui.line("  no file changes")
+    else:
+        summary = summarize(preview.changes, max_rows=max_rows)
+        summary_table(ui, summary, title="file changes since the checkpoint")
+    if preview.commands is None:
+        ui.line("  commands since: unknown (no journal for this checkpoint)")
+    elif not preview.commands:
+        ui.line("  no commands since the checkpoint")
+    else:
+        _commands_table(ui, [_exec_dict(r) for r in preview.commands], title="commands since the checkpoint")
+
+
+def _exec_dict(r: ExecRecord) -> dict[str, Any]:
+    return {"ts": r.ts, "command": r.command, "exit_code": r.exit_code, "duration_s": r.duration_s,
+            "timed_out": r.timed_out}
+
+
+@checkpoint.command(name="rm")
+@click.argument("name")
+@click.argument("checkpoint_id", metavar="ID")
+@click.pass_obj
+def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str) -> None:
+    """Delete checkpoint ID of NAME."""
+    session = _session(workspace, name)
+    session.delete_checkpoint(checkpoint_id)
+    session.close()
+    Ui().note(f"deleted checkpoint {checkpoint_id} of {name}")
+
+
+# -- log ---------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("name")
+@json_option
+@click.pass_obj
+def log(workspace: Workspace, name: str, as_json: bool) -> None:
+    """NAME's audit trail: commands, checkpoints, restores and deletions, oldest first.
+
+    Also works for a sandbox that was destroyed, as long as its history is in the audit log."""
+    ui = Ui()
+    validate_name(name)
+    records = workspace.audit().records(sandbox=name)
+    if not records and name not in workspace.backend.names():
+        raise SandboxNotFound(f"no sandbox named {name} and no history for it; see `hermes-sandboxes ls`")
+    if as_json:
+        ui.json([r.to_dict() for r in records])
+        return
+    if not records:
+        ui.note(f"no recorded history for {name} yet")
+        return
+    rows = [[clock(r.ts), r.TYPE, *_describe(r)] for r in records]
+    ui.table(["TIME", "EVENT", "EXIT", "TOOK", "DETAIL"], rows)
+
+
+def _describe(r: Record) -> list[str]:
+    """EXIT, TOOK and DETAIL cells for one record."""
+    if isinstance(r, ExecRecord):
+        detail = one_line(r.command, 80) + (f"  ({r.error})" if r.error else "")
+        return [_exit_text(r.exit_code, r.timed_out), duration(r.duration_s), detail]
+    if isinstance(r, CheckpointRecord):
+        # an automatic checkpoint's comment already names its command; say it only when it does not
+        told = r.comment or (f"before: {r.trigger_command}" if r.trigger_command else "")
+        return ["", "", f"{r.id} [{r.trigger}] {one_line(told, 70)}".rstrip()]
+    if isinstance(r, RestoreRecord):
+        return ["", "", f"to {r.id}, discarding {r.discarded} command(s)"]
+    if isinstance(r, CheckpointDeleteRecord):
+        return ["", "", f"{r.id} ({r.reason})"]
+    if isinstance(r, CreateRecord):
+        return ["", "", f"{r.backend or '?'} backend, {'ephemeral' if r.ephemeral else 'persistent'}"]
+    assert isinstance(r, DestroyRecord)
+    return ["", "", ""]

@@ -1,0 +1,140 @@
+"""How the CLI talks to people and to scripts.
+
+Rich output (colour, boxed tables, spinners) only when the stream is a terminal; otherwise plain,
+stable text a script can parse: tables become space-aligned columns with no truncation, spinners
+disappear. Primary results (a sandbox name, a checkpoint id, JSON) go to stdout; notes, progress
+and errors go to stderr, so ``id=$(hermes-sandboxes checkpoint create box)`` just works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+class Ui:
+    def __init__(self) -> None:
+        # file=None makes rich follow sys.stdout/sys.stderr as they are when printing (CliRunner swaps them)
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @property
+    def rich(self) -> bool:
+        return self.out.is_terminal
+
+    # -- stdout -----------------------------------------------------------------------------------
+
+    def result(self, text: str) -> None:
+        """A primary result on stdout, never styled (scripts capture it)."""
+        click.echo(text)
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if self.rich:
+            self.out.print(Text(text, style=style or ""))
+        else:
+            click.echo(text)
+
+    def json(self, data: Any) -> None:
+        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None,
+              styles: Sequence[str | None] | None = None) -> None:
+        if self.rich:
+            table = Table(title=title, title_justify="left", header_style="bold")
+            for header in headers:
+                table.add_column(header, overflow="fold")
+            for row in rows:
+                table.add_row(*(Text(cell, style=(styles[i] if styles else None) or "")
+                                for i, cell in enumerate(row)))
+            self.out.print(table)
+            return
+        if title:
+            click.echo(title)
+        click.echo(plain_table(headers, rows))
+
+    # -- stderr -----------------------------------------------------------------------------------
+
+    def note(self, text: str, style: str | None = None) -> None:
+        if self.err.is_terminal:
+            self.err.print(Text(text, style=style or "dim"))
+        else:
+            click.echo(text, err=True)
+
+    @contextlib.contextmanager
+    def status(self, text: str) -> Iterator[None]:
+        """A spinner on stderr while something slow runs; nothing at all when stderr is not a tty."""
+        if not self.err.is_terminal:
+            yield
+            return
+        with self.err.status(text):
+            yield
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
+             for cells in [list(headers), *(list(r) for r in rows)]]
+    return "\n".join(lines)
+
+
+def error(message: str) -> None:
+    """The one-line error format: ``error: <message>`` on stderr."""
+    text = " ".join(str(message).split()) or "unknown error"
+    click.echo(f"error: {text}", err=True)
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def signed_size(size: int) -> str:
+    return ("+" if size > 0 else "-" if size < 0 else "") + human_size(abs(size))
+
+
+def age(timestamp: float, now: float | None = None) -> str:
+    """``42s``, ``5m``, ``3h``, ``2d``: how long ago, in the largest whole unit."""
+    seconds = int(max(0.0, (time.time() if now is None else now) - timestamp))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def clock(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def one_line(text: str, limit: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def is_stdin_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False

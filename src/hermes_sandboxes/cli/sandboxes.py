@@ -1,0 +1,322 @@
+"""Sandbox commands: create, exec, run, shell, ls, rm, stop, doctor."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, NoReturn
+
+import click
+
+from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.cli.output import Ui, age, error, human_size, is_stdin_tty
+from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, ExecOutcome, Session, Workspace
+from hermes_sandboxes.errors import InvalidInput, SandboxError
+from hermes_sandboxes.identity import validate_name
+from hermes_sandboxes.sandbox import NETWORK_MODES, Command, Limits, OutputSink, SandboxSpec
+from hermes_sandboxes.settings import parse_size
+
+EXIT_SANDBOX_FAILED = 125  # as `docker run`: the sandbox failed, not the command
+EXIT_CANCELLED = 1
+
+# -- shared options ----------------------------------------------------------------------------
+
+F = Callable[..., Any]
+
+
+def spec_options(func: F) -> F:
+    """The options that describe a new sandbox (create and run)."""
+    options = [
+        click.option("--network", type=click.Choice(NETWORK_MODES), default="none", show_default=True,
+                     help="none: no network; loopback: its own 127.0.0.1; host: the host's network."),
+        click.option("--memory", metavar="SIZE", help="Memory limit, e.g. 512M or 2G."),
+        click.option("--pids", type=click.IntRange(min=1), help="Most processes at once."),
+        click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="CPU share, e.g. 1.5."),
+        click.option("--base", metavar="DIR", help="Root filesystem directory to build on (default: the host's /)."),
+        click.option("--mask", "masks", multiple=True, metavar="PATH",
+                     help="Another host path to hide inside (repeatable)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def command_options(func: F) -> F:
+    options = [
+        click.option("--cwd", metavar="DIR", help="Working directory inside (default /root)."),
+        click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment variable (repeatable)."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                     help="Kill the command and everything it started after this long (exit 124)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def build_spec(network: str, memory: str | None, pids: int | None, cpus: float | None,
+               base: str | None, masks: tuple[str, ...]) -> SandboxSpec:
+    memory_bytes = parse_size(memory) if memory is not None else None
+    return SandboxSpec(network=network, limits=Limits(memory_bytes, pids, cpus),  # type: ignore[arg-type]
+                       base=base, masks=tuple(masks))
+
+
+def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise InvalidInput(f"--env takes NAME=VALUE with a shell-style name, got {pair.split('=')[0]!r}")
+        env[key] = value
+    return env
+
+
+def to_command(args: tuple[str, ...]) -> Command:
+    """One argument is a shell command line (``"ls | wc -l"``); several are an argv, run as is."""
+    if not args:
+        raise InvalidInput("no command given: put it after --, e.g. exec box -- ls -la")
+    return args[0] if len(args) == 1 else list(args)
+
+
+def _sink(stream: Any) -> OutputSink:
+    """Write a command's bytes through as they arrive (the pump thread calls this)."""
+    binary: BinaryIO = getattr(stream, "buffer", stream)
+    lock = threading.Lock()
+
+    def write(chunk: bytes) -> None:
+        with lock:
+            binary.write(chunk)
+            binary.flush()
+
+    return write
+
+
+def _finish(ui: Ui, outcome: ExecOutcome, timeout: float | None) -> int:
+    sys.stdout.flush()
+    if outcome.result.timed_out:
+        ui.note(f"timed out after {timeout:g}s: the command and every process it started were killed "
+                "(exit 124)", style="yellow")
+    return outcome.result.exit_code
+
+
+def _announce(ui: Ui, session: Session, outcome: ExecOutcome) -> None:
+    taken = outcome.auto_checkpoint
+    if taken is not None:
+        why = f" ({', '.join(outcome.reasons)})" if outcome.reasons else ""
+        ui.note(f"checkpoint {taken.id} taken first{why}; undo with: "
+                f"hermes-sandboxes checkpoint restore {session.name} {taken.id}")
+
+
+@contextlib.contextmanager
+def _terminate_is_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so `run` destroys its sandbox when a supervisor stops it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> NoReturn:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _uninterruptible() -> Iterator[None]:
+    """Clean-up that a second Ctrl-C must not cut short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _exit_125_on_error() -> Iterator[None]:
+    """In commands that exit with their command's code, our own failures exit 125 (as `docker run`)
+    so that they cannot be mistaken for the command's."""
+    try:
+        yield
+    except SandboxError as exc:
+        error(str(exc))
+        sys.exit(EXIT_SANDBOX_FAILED)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("name")
+@click.option("--ephemeral", is_flag=True, help="Never adopted by another run; remove it when done.")
+@spec_options
+@click.pass_obj
+def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> None:
+    """Create the sandbox NAME (prints its name)."""
+    ui = Ui()
+    validate_name(name)
+    sandbox_spec = build_spec(**spec)
+    with ui.status(f"creating sandbox {name} (the first one also prepares the store)…"):
+        sandbox = workspace.backend.create(name, sandbox_spec, ephemeral=ephemeral)
+    session = workspace.session(sandbox)
+    session.record_create()
+    session.close()
+    ui.result(name)
+
+
+@click.command(name="exec")
+@click.argument("name")
+@command_options
+@click.option("--checkpoint", "policy", type=click.Choice(CLI_POLICIES), default="auto", show_default=True,
+              help="Checkpoint first: auto = before risky commands (rm -rf, git reset --hard, ...), "
+                   "always, or off.")
+@click.argument("command", nargs=-1, required=True)
+@click.pass_obj
+def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str, ...],
+          timeout: float | None, policy: CliPolicy, command: tuple[str, ...]) -> int:
+    """Run a command in NAME, streaming its output; exits with its exit code.
+
+    \b
+      hermes-sandboxes exec box -- ls -la /root      (several arguments: run as is)
+      hermes-sandboxes exec box -- 'make && ./app'   (one argument: a shell command line)
+    """
+    ui = Ui()
+    with _exit_125_on_error():
+        cmd, env = to_command(command), parse_env(env_pairs)
+        session = workspace.session(workspace.sandbox(name), policy=policy, secrets=env)
+        try:
+            outcome = session.exec(cmd, cwd=cwd, env=env, timeout=timeout,
+                                   on_stdout=_sink(sys.stdout), on_stderr=_sink(sys.stderr))
+        finally:
+            session.close()
+    _announce(ui, session, outcome)
+    return _finish(ui, outcome, timeout)
+
+
+@click.command()
+@spec_options
+@command_options
+@click.argument("command", nargs=-1, required=True)
+@click.pass_obj
+def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], timeout: float | None,
+        command: tuple[str, ...], **spec: Any) -> int:
+    """Run a command in a new ephemeral sandbox, then destroy it (also on failure or Ctrl-C)."""
+    ui = Ui()
+    with _exit_125_on_error():
+        cmd, env = to_command(command), parse_env(env_pairs)
+        sandbox_spec = build_spec(**spec)
+        with ui.status("creating an ephemeral sandbox…"):
+            sandbox = workspace.backend.create_ephemeral(sandbox_spec, prefix="run")
+        session = workspace.session(sandbox, secrets=env)
+        try:
+            session.record_create()
+            with _terminate_is_interrupt():
+                outcome = session.exec(cmd, policy="off", cwd=cwd, env=env, timeout=timeout,
+                                       on_stdout=_sink(sys.stdout), on_stderr=_sink(sys.stderr))
+        finally:
+            with _uninterruptible(), ui.status(f"destroying {sandbox.name}…"):
+                session.destroy()
+    return _finish(ui, outcome, timeout)
+
+
+@click.command()
+@click.argument("name")
+@click.pass_obj
+def shell(workspace: Workspace, name: str) -> int:
+    """An interactive bash inside NAME (a script when stdin is not a terminal)."""
+    from hermes_sandboxes.cli.terminal import run_shell
+
+    with _exit_125_on_error():
+        return run_shell(workspace.sandbox(name))
+
+
+@click.command(name="ls")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def ls(workspace: Workspace, as_json: bool) -> None:
+    """List sandboxes."""
+    ui = Ui()
+    infos = workspace.backend.list()
+    if as_json:
+        ui.json([info.to_dict() for info in infos])
+        return
+    if not infos:
+        ui.note("no sandboxes; create one with: hermes-sandboxes create NAME")
+        return
+    rows = [[i.name, str(i.state), "ephemeral" if i.ephemeral else "persistent", age(i.created_at),
+             i.spec.network, human_size(i.layer_bytes), str(i.checkpoint_count)] for i in infos]
+    ui.table(["NAME", "STATE", "KIND", "AGE", "NETWORK", "CHANGED", "CHECKPOINTS"], rows)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def rm(workspace: Workspace, name: str, yes: bool) -> int:
+    """Destroy NAME with its processes, files and checkpoints."""
+    ui = Ui()
+    sandbox = workspace.sandbox(name)
+    if not yes and is_stdin_tty():
+        count = len(sandbox.checkpoints())
+        if not click.confirm(f"Destroy sandbox {name} and its {count} checkpoint(s)?", err=True):
+            error("cancelled; nothing was changed")
+            return EXIT_CANCELLED
+    session = workspace.session(sandbox)
+    with _uninterruptible(), ui.status(f"destroying {name}…"):
+        session.destroy()
+    session.close()
+    ui.note(f"destroyed {name}")
+    return 0
+
+
+@click.command()
+@click.argument("name")
+@click.pass_obj
+def stop(workspace: Workspace, name: str) -> None:
+    """Stop every process in NAME; its files stay, the next command starts it again."""
+    sandbox = workspace.sandbox(name)
+    sandbox.stop()
+    Ui().note(f"stopped {name}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def doctor(workspace: Workspace, as_json: bool) -> int:
+    """What works on this machine and why not; exit 1 if sandboxes cannot run here."""
+    ui = Ui()
+    backend = workspace.backend
+    with ui.status("checking this machine…"):
+        checks = backend.doctor()
+        problem = _unusable(backend)
+    if as_json:
+        ui.json({"usable": problem is None, "problem": problem,
+                 "checks": [{"ok": c.ok, "label": c.label, "detail": c.detail} for c in checks]})
+    else:
+        ui.table(["", "CHECK", "DETAIL"], [["ok" if c.ok else "FAIL", c.label, c.detail] for c in checks])
+        if problem is None:
+            ui.note("local sandboxes work on this machine", style="green")
+        else:
+            error(f"local sandboxes cannot run here: {problem}")
+    return 0 if problem is None else 1
+
+
+def _unusable(backend: LocalBackend) -> str | None:
+    reason = LocalBackend.unavailable_reason()
+    if reason is not None:
+        return reason
+    try:
+        backend.store  # noqa: B018 - the property formats or opens the store: that is the test
+    except Exception as exc:  # whatever formatting the store raised, doctor reports it
+        return f"the sandbox store is unusable: {exc}"
+    return None
+
+
+COMMANDS = (create, exec_, run, shell, ls, rm, stop, doctor)

@@ -1,0 +1,293 @@
+"""The CLI's one place that knows how sandboxes are reached and recorded.
+
+``Workspace`` holds the backend for the ``--home`` the user chose. ``Session`` is one sandbox as the
+CLI uses it: through ``RecordedSandbox`` (journal, automatic checkpoints, audit log) when the
+recorder module is installed, and straight through the contract when it is not, in which case the
+story columns read ``-`` and there are no automatic checkpoints. Only an *absent* recorder falls
+back; a recorder that fails to import for any other reason is a bug and is raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.diffsummary import DiffSummary, summarize
+from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput, Unsupported
+from hermes_sandboxes.identity import validate_name
+from hermes_sandboxes.journal import ExecRecord, Journal, audit_path, journal_path
+from hermes_sandboxes.sandbox import (
+    Backend,
+    Capability,
+    Checkpoint,
+    Command,
+    ExecResult,
+    FileChange,
+    OutputSink,
+    Process,
+    Sandbox,
+    SandboxInfo,
+)
+from hermes_sandboxes.secrets import Redactor
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.recorder import RecordedSandbox
+    from hermes_sandboxes.risk import CheckpointPolicy
+
+CliPolicy = Literal["auto", "always", "off"]
+CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
+# The CLI says "auto" (what a user expects to type); the recorder calls the same policy "risky".
+_RECORDER_POLICY: dict[str, CheckpointPolicy] = {"auto": "risky", "always": "always", "off": "off"}
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CRED|AUTH", re.IGNORECASE)
+_OPTIONAL_MODULES = {"hermes_sandboxes.recorder", "hermes_sandboxes.risk"}
+
+
+def recorder_class() -> type[RecordedSandbox] | None:
+    try:
+        from hermes_sandboxes.recorder import RecordedSandbox
+    except ModuleNotFoundError as exc:
+        if exc.name in _OPTIONAL_MODULES:
+            return None
+        raise
+    return RecordedSandbox
+
+
+class Workspace:
+    """The backend for one invocation, built on first use so ``--help`` never touches the store."""
+
+    def __init__(self, home: str | None) -> None:
+        self._home = home
+        self._backend: LocalBackend | None = None
+
+    @property
+    def backend(self) -> LocalBackend:
+        if self._backend is None:
+            self._backend = LocalBackend(self._home)
+        return self._backend
+
+    @property
+    def home(self) -> Path:
+        return self.backend.home
+
+    def sandbox(self, name: str) -> LocalSandbox:
+        """An existing sandbox; InvalidInput or SandboxNotFound (one-line messages) otherwise."""
+        return self.backend.get(validate_name(name))
+
+    def session(self, sandbox: Sandbox, *, policy: CliPolicy = "off",
+                secrets: Mapping[str, str] | None = None) -> Session:
+        return Session(sandbox, self.home, policy=policy, secrets=secrets)
+
+    def audit(self) -> Journal:
+        return Journal(audit_path(self.home), durable=False)
+
+    def journal(self, name: str) -> Journal:
+        return Journal(journal_path(self.home, name), durable=False)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a restore would throw away."""
+
+    checkpoint: Checkpoint
+    commands: tuple[ExecRecord, ...] | None  # None: no journal to tell
+    changes: tuple[FileChange, ...] | None
+    summary: DiffSummary | None
+    diff_unavailable: str | None
+
+
+@dataclass(frozen=True)
+class ExecOutcome:
+    result: ExecResult
+    auto_checkpoint: Checkpoint | None
+    reasons: tuple[str, ...]  # why the command counted as risky
+
+
+class Session:
+    def __init__(self, sandbox: Sandbox, home: Path, *, policy: CliPolicy = "off",
+                 secrets: Mapping[str, str] | None = None) -> None:
+        if policy not in CLI_POLICIES:
+            raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
+        self.tracker = _ProcessTracker(sandbox)
+        self.sandbox = sandbox
+        self.recorded: RecordedSandbox | None = None
+        recorder = recorder_class()
+        if recorder is not None:
+            kept = _secret_values(secrets or {})
+            redact = Redactor(kept).redact if kept else None
+            self.recorded = recorder.at_home(self.tracker, home, redact=redact,
+                                             policy=_RECORDER_POLICY[policy])
+
+    @property
+    def name(self) -> str:
+        return self.sandbox.name
+
+    @property
+    def has_story(self) -> bool:
+        return self.recorded is not None
+
+    def close(self) -> None:
+        if self.recorded is not None:
+            self.recorded.journal.close()
+
+    def record_create(self) -> None:
+        if self.recorded is not None:
+            self.recorded.record_create()
+
+    def exec(self, command: Command, *, policy: CliPolicy | None = None, cwd: str | None = None,
+             env: Mapping[str, str] | None = None, timeout: float | None = None,
+             on_stdout: OutputSink | None = None, on_stderr: OutputSink | None = None) -> ExecOutcome:
+        """Run a command; on Ctrl-C (or any escape) its whole process tree is killed."""
+        try:
+            if self.recorded is None:
+                result = self.tracker.exec(command, cwd=cwd, env=env, timeout=timeout,
+                                           on_stdout=on_stdout, on_stderr=on_stderr)
+                return ExecOutcome(result, None, ())
+            checkpoint = None if policy is None else _RECORDER_POLICY[policy]
+            done = self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
+                                      on_stdout=on_stdout, on_stderr=on_stderr)
+            return ExecOutcome(done.result, done.auto_checkpoint, tuple(done.verdict.reasons))
+        except BaseException:
+            self.tracker.kill_all()
+            raise
+
+    def checkpoint(self, comment: str = "") -> Checkpoint:
+        if self.recorded is not None:
+            return self.recorded.checkpoint(comment, trigger="manual")
+        return self.sandbox.checkpoint(comment)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Oldest first, with the story in ``extra`` when there is a recorder."""
+        if self.recorded is not None:
+            return self.recorded.checkpoints()
+        return self.sandbox.checkpoints()
+
+    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        for checkpoint in self.checkpoints():
+            if checkpoint.id == checkpoint_id:
+                return checkpoint
+        raise CheckpointNotFound(
+            f"sandbox {self.name} has no checkpoint {checkpoint_id!r}; "
+            f"list them with: hermes-sandboxes checkpoint list {self.name}"
+        )
+
+    def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
+        backend = self.sandbox.backend
+        if Capability.DIFF not in backend.capabilities:
+            raise Unsupported(f"the {backend.name} backend cannot diff checkpoints")
+        return self.sandbox.diff(from_id, to_id)
+
+    def preview(self, checkpoint_id: str) -> Preview:
+        if self.recorded is not None:
+            p = self.recorded.restore_preview(checkpoint_id)
+            return Preview(p.checkpoint, p.commands, p.changes, p.summary, p.diff_unavailable)
+        checkpoint = self.get_checkpoint(checkpoint_id)
+        try:
+            changes = tuple(self.diff(checkpoint_id))
+        except Unsupported as exc:
+            return Preview(checkpoint, None, None, None, str(exc))
+        return Preview(checkpoint, None, changes, summarize(changes), None)
+
+    def restore(self, checkpoint_id: str) -> None:
+        if self.recorded is not None:
+            self.recorded.restore(checkpoint_id)
+        else:
+            self.sandbox.restore(checkpoint_id)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        if self.recorded is not None:
+            self.recorded.delete_checkpoint(checkpoint_id)
+        else:
+            self.sandbox.delete_checkpoint(checkpoint_id)
+
+    def destroy(self) -> None:
+        if self.recorded is not None:
+            self.recorded.destroy()
+        else:
+            self.sandbox.destroy()
+        if self.sandbox.ephemeral:
+            self._forget_journal()
+
+    def _forget_journal(self) -> None:
+        """An ephemeral sandbox's own journal dies with it (else every `run` leaves a file behind);
+        its history stays in the audit log."""
+        self.close()
+        if self.recorded is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.recorded.journal.path.unlink()
+
+
+def _secret_values(env: Mapping[str, str]) -> dict[str, str]:
+    """The --env values to keep out of the journal and audit log, even inside a command line.
+
+    Short values are left alone unless their name says secret: redacting every ``1`` of a
+    ``DEBUG=1`` would garble the log without hiding anything."""
+    return {k: v for k, v in env.items()
+            if len(v) >= 8 or (len(v) >= 4 and _SECRET_NAME.search(k))}
+
+
+class _ProcessTracker(Sandbox):
+    """Delegates to a sandbox and remembers the commands it starts, so the CLI can kill them.
+
+    Why: ``Sandbox.exec`` leaves the command running when its wait is interrupted (Ctrl-C), and
+    the recorder calls that exec, so the CLI cannot reach the Process any other way."""
+
+    def __init__(self, inner: Sandbox) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.ephemeral = inner.ephemeral
+        self._running: list[Process] = []
+
+    def kill_all(self) -> None:
+        for proc in self._running:
+            with contextlib.suppress(Exception):
+                if proc.poll() is None:
+                    proc.kill()
+        self._running.clear()
+
+    @property
+    def backend(self) -> Backend:
+        return self._inner.backend
+
+    def info(self) -> SandboxInfo:
+        return self._inner.info()
+
+    def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              on_stderr: OutputSink | None = None) -> Process:
+        proc = self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout,
+                                 on_stderr=on_stderr)
+        self._running = [p for p in self._running if p.returncode is None]
+        self._running.append(proc)
+        return proc
+
+    def read_file(self, path: str) -> bytes:
+        return self._inner.read_file(path)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._inner.write_file(path, data, mode)
+
+    def delete_file(self, path: str) -> None:
+        self._inner.delete_file(path)
+
+    def checkpoint(self, comment: str = "") -> Checkpoint:
+        return self._inner.checkpoint(comment)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        return self._inner.checkpoints()
+
+    def restore(self, checkpoint_id: str) -> None:
+        self._inner.restore(checkpoint_id)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        self._inner.delete_checkpoint(checkpoint_id)
+
+    def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
+        return self._inner.diff(from_id, to_id)
+
+    def destroy(self) -> None:
+        self._inner.destroy()
