@@ -1,0 +1,188 @@
+"""Helpers shared by the local backend's real tests (imported as ``tests.local.kit``).
+
+Every sandbox these tests create gets a name under this run's prefix, and every store home they
+create is registered here, so the session-level leftover check (conftest.py) can look for exactly
+our mounts, loop devices, cgroups and init processes even while other test runs share the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.sandbox import ExecResult, SandboxSpec
+from tests.conftest import teardown_backend
+
+RUN_PREFIX = f"lt{os.getpid()}"  # every sandbox of this run is named RUN_PREFIX-<random>
+PYTHON = sys.executable
+_HOMES: dict[Path, bool] = {}  # every store home of this run -> whether it must be gone at the end
+
+
+def fresh_name() -> str:
+    return unique_name(RUN_PREFIX)
+
+
+def register_home(home: Path, *, expect_removed: bool = True) -> Path:
+    _HOMES[home] = expect_removed
+    return home
+
+
+def temp_home(parent: str = "/tmp") -> Path:
+    """A throw-away store home (short enough for unix socket paths under it)."""
+    return register_home(Path(tempfile.mkdtemp(prefix="hsl-", dir=parent)))
+
+
+@contextlib.contextmanager
+def temp_backend(parent: str = "/tmp", **kwargs: Any) -> Iterator[LocalBackend]:
+    """A backend in its own throw-away home, torn down with conftest's teardown_backend."""
+    backend = LocalBackend(temp_home(parent), **kwargs)
+    try:
+        yield backend
+    finally:
+        teardown_backend(backend)
+
+
+@contextlib.contextmanager
+def new_sandbox(backend: LocalBackend, spec: SandboxSpec | None = None) -> Iterator[LocalSandbox]:
+    sb = backend.create(fresh_name(), spec)
+    try:
+        yield sb
+    finally:
+        sb.destroy()
+
+
+def sh(sb: LocalSandbox, script: str, timeout: float = 60, **kwargs: Any) -> ExecResult:
+    """Run a shell script that must succeed; show its output if it does not."""
+    result = sb.exec(script, timeout=timeout, **kwargs)
+    assert result.exit_code == 0, f"{script!r} -> {result.exit_code}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def init_state(sb: LocalSandbox) -> dict[str, Any]:
+    """The init's record on the host: pid, start time, boot id, cgroup directories."""
+    state = json.loads((sb.backend.layout.run_dir(sb.name) / "init.json").read_text())
+    assert isinstance(state, dict)
+    return state
+
+
+def cgroup_dir(sb: LocalSandbox, controller: str) -> Path:
+    return Path(init_state(sb)["cgroups"][controller])
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def sandbox_commands(sb: LocalSandbox) -> list[str]:
+    """Command lines of every process inside the sandbox, as the sandbox itself sees them."""
+    result = sh(sb, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+# a file manifest computed inside the sandbox, for fidelity checks -------------------------------------
+MANIFEST_SCRIPT = r"""
+import hashlib, json, os, stat, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        out[path] = None
+        continue
+    e = {"type": stat.S_IFMT(st.st_mode), "mode": oct(stat.S_IMODE(st.st_mode)), "uid": st.st_uid,
+         "gid": st.st_gid, "nlink": st.st_nlink, "ino": st.st_ino}
+    if stat.S_ISLNK(st.st_mode):
+        e["target"] = os.readlink(path)
+        e["mtime"] = st.st_mtime_ns
+    elif stat.S_ISREG(st.st_mode):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        e.update(size=st.st_size, blocks=st.st_blocks, sha=h.hexdigest(), mtime=st.st_mtime_ns)
+    elif stat.S_ISDIR(st.st_mode):
+        e["entries"] = sorted(os.listdir(path))
+    try:
+        names = sorted(os.listxattr(path, follow_symlinks=False))
+        e["xattrs"] = {k: os.getxattr(path, k, follow_symlinks=False).hex() for k in names}
+    except OSError as exc:
+        e["xattrs"] = f"error {exc.errno}"
+    out[path] = e
+print(json.dumps(out))
+"""
+
+
+def manifest(sb: LocalSandbox, paths: list[str]) -> dict[str, Any]:
+    """Type, mode, owner, links, content hash, blocks, xattrs... of ``paths`` as the sandbox sees them."""
+    result = sb.exec(["python3", "-c", MANIFEST_SCRIPT, *paths], timeout=120)
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def without_inodes(data: dict[str, Any]) -> dict[str, Any]:
+    """A manifest minus inode numbers (which a copy may renumber; link structure is checked apart)."""
+    return {p: ({k: v for k, v in e.items() if k != "ino"} if e else e) for p, e in data.items()}
+
+
+# the leftover check ---------------------------------------------------------------------------------
+def _our_cgroups() -> list[str]:
+    """Cgroup directories of this run's sandboxes (v1: under our own group, per controller)."""
+    own: dict[str, str] = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, names, path = line.rstrip("\n").split(":", 2)
+            for name in names.split(","):
+                own[name] = path
+    found: list[str] = []
+    for controller in ("freezer", "memory", "pids", "cpu"):
+        parent = Path("/sys/fs/cgroup") / controller / own.get(controller, "/").lstrip("/") / "hermes-sandboxes"
+        if parent.is_dir():
+            found += sorted(str(p) for p in parent.iterdir() if p.name.startswith(RUN_PREFIX + "-"))
+    return found
+
+
+def _mentions_our_homes(text: str) -> bool:
+    return any(str(home) in text for home in _HOMES)
+
+
+def leftovers() -> list[str]:
+    """Mounts, loop devices, cgroups, processes and home directories this run left behind."""
+    found = [f"cgroup {path}" for path in _our_cgroups()]
+    with open("/proc/self/mountinfo") as f:
+        found += [f"mount {line.split()[4]}" for line in f if _mentions_our_homes(line.split()[4])]
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    found += [f"loop device {line}" for line in loops.splitlines() if _mentions_our_homes(line)]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(proc.name) != os.getpid() and _mentions_our_homes(cmdline):
+            found.append(f"process {proc.name}: {cmdline.strip()}")
+    found += [f"directory {home}" for home, gone in _HOMES.items() if gone and home.exists()]
+    return found
