@@ -13,10 +13,9 @@ Kept to the standard library and cheap imports: its resident memory is the idle 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
-import json
+import marshal
 import os
 import selectors
 import signal
@@ -55,6 +54,14 @@ def _drop_privileges() -> None:
         if cap not in KEPT_CAPABILITIES and cap != _CAP_SETPCAP:
             sc.prctl(sc.PR_CAPBSET_DROP, cap)
     sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _send_quietly(conn: socket.socket, message: dict[str, Any]) -> None:
+    """Send, ignoring a client that went away (contextlib would cost the init start-up time)."""
+    try:  # noqa: SIM105
+        protocol.send(conn, message)
+    except OSError:
+        pass
 
 
 def _exit_code(status: int) -> int:
@@ -112,8 +119,7 @@ class Init:
             else:
                 protocol.send(conn, {"error": f"unknown operation {op!r}"})
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                protocol.send(conn, {"error": f"cannot start the command: {exc}"})
+            _send_quietly(conn, {"error": f"cannot start the command: {exc}"})
         finally:
             for fd in fds:
                 os.close(fd)
@@ -159,8 +165,7 @@ class Init:
             conn, group = entry
             self.idle_groups.add(group)
             if conn is not None:
-                with contextlib.suppress(OSError):
-                    protocol.send(conn, {"exit": _exit_code(status)})
+                _send_quietly(conn, {"exit": _exit_code(status)})
                 self._close(conn)
         for group in list(self.idle_groups):
             try:
@@ -301,8 +306,8 @@ def launch(cfg: dict[str, Any]) -> int:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as f:
-        cfg = json.load(f)
+    with open(sys.argv[1], "rb") as f:
+        cfg = marshal.load(f)
     try:
         pid = launch(cfg)
     except Exception as exc:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.local import cgroups, client, fileops, masks, paths, treediff
+from hermes_sandboxes.backends.local import cgroups, client, fileops, masks, paths, protocol, treediff
 from hermes_sandboxes.backends.local.store import tree_bytes
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
@@ -99,7 +99,7 @@ class LocalSandbox(Sandbox):
                 return None
             self._runtime_cache = (key, state)
         state = self._runtime_cache[1]
-        if state.get("boot") != paths.boot_id():
+        if state.get("boot") != paths.boot_id() or state.get("protocol") != protocol.VERSION:
             return None
         pid = int(state.get("pid", 0))
         if pid <= 0 or paths.process_start_time(pid) != state.get("start"):
@@ -115,7 +115,10 @@ class LocalSandbox(Sandbox):
         if state is None:
             with self._locked():
                 self._check_exists()
-                state = self._runtime() or self._start()
+                state = self._runtime()
+                if state is None:
+                    self._stop()  # whatever is left of an init we cannot use (crashed, older version)
+                    state = self._start()
         freezer = Path(state["cgroups"]["freezer"])
         if cgroups.is_frozen(freezer) and not paths.is_locked(self._lock):
             cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
@@ -151,9 +154,9 @@ class LocalSandbox(Sandbox):
             "cgroups": list(groups.dirs.values()),
             "freezer": str(groups.freezer),
         }
-        paths.write_json(self._run / "config.json", config)
+        paths.write_marshal(self._run / "config.bin", config)
         proc = subprocess.run(
-            [*_LAUNCHER, str(self._run / "config.json")],
+            [*_LAUNCHER, str(self._run / "config.bin")],
             capture_output=True, text=True, env=_INIT_ENV, start_new_session=True, timeout=60,
         )
         if proc.returncode != 0:
@@ -161,8 +164,8 @@ class LocalSandbox(Sandbox):
                                f"(see {self._run / 'init.log'})")
         pid = int(proc.stdout.strip())
         state = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
-                 "cgroups": dict(groups.dirs)}
-        paths.write_json(self._run / "init.json", state)
+                 "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
+        paths.write_json(self._run / "init.json", state, durable=False)  # meaningless after a reboot
         return state
 
     def _groups(self) -> cgroups.SandboxCgroups:
@@ -294,7 +297,9 @@ class LocalSandbox(Sandbox):
             record = {"id": checkpoint_id, "created_at": started, "comment": comment,
                       "size_bytes": None, "store": store.kind}
             # the record is the commit point: a snapshot without it is never listed
-            paths.write_json(store.checkpoints_dir(self.name) / f"{checkpoint_id}.json", record)
+            # Not fsynced (it costs more than the snapshot itself): after a host crash the newest
+            # record may be missing, which drops that checkpoint whole, never half of it.
+            paths.write_json(store.checkpoints_dir(self.name) / f"{checkpoint_id}.json", record, durable=False)
             return _checkpoint_from(record)
 
     def checkpoints(self) -> list[Checkpoint]:
