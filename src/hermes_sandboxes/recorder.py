@@ -246,10 +246,11 @@ class RecordedSandbox:
         run_health = self.health_command is not None and (
             trigger in self.health_on if health is None else health)
         checked = self._run_health() if run_health else None
-        layer_bytes = self._inner.info().layer_bytes
         taken = self._inner.checkpoint(comment)
+        # the size the backend reports with the checkpoint (None when it measures lazily, as the
+        # local backend does: walking a big layer here would cost more than the snapshot)
         self._record(CheckpointRecord(sandbox=self.name, id=taken.id, comment=comment, trigger=trigger,
-                                      trigger_command=trigger_command, layer_bytes=layer_bytes,
+                                      trigger_command=trigger_command, layer_bytes=taken.size_bytes,
                                       health=checked))
         if trigger == "auto":
             self._prune()
@@ -307,16 +308,16 @@ class RecordedSandbox:
         previous, commands = (told.previous, list(told.commands)) if live is None else (
             _since_listed(told, story, live))
         record = told.record
+        size = checkpoint.size_bytes if checkpoint.size_bytes is not None else record.layer_bytes
         extra = {
             "trigger": record.trigger,
             "trigger_command": record.trigger_command,
             "previous": previous,
             "commands": [_command_dict(c) for c in commands],
             "health": record.health.to_dict() if record.health else None,
-            "layer_bytes": record.layer_bytes,
+            "layer_bytes": size,
             "journaled": True,
         }
-        size = checkpoint.size_bytes if checkpoint.size_bytes is not None else record.layer_bytes
         return Checkpoint(checkpoint.id, checkpoint.created_at, checkpoint.comment or record.comment,
                           size, {**checkpoint.extra, **extra})
 
