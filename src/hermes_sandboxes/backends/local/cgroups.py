@@ -168,14 +168,20 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
+# A group removed while we look at it (the init removes an exec's group as soon as it is empty)
+# answers ENOENT, or ENODEV for a file opened just before the removal: both mean "no processes".
+_GONE = (errno.ENOENT, errno.ENODEV)
+
+
 def _procs(group: Path) -> list[int]:
     pids: list[int] = []
     for root, _dirs, _files in os.walk(group):
         try:
             with open(os.path.join(root, "cgroup.procs")) as f:
                 pids.extend(int(p) for p in f.read().split())
-        except FileNotFoundError:
-            continue
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                raise
     return pids
 
 
@@ -198,8 +204,11 @@ def is_frozen(group: Path) -> bool:
 
 
 def thaw(group: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:
         _write(group / "freezer.state", "THAWED")
+    except OSError as exc:
+        if exc.errno not in _GONE:
+            raise
 
 
 def kill_group(group: Path, timeout: float = 10.0) -> None:
@@ -210,8 +219,10 @@ def kill_group(group: Path, timeout: float = 10.0) -> None:
     while True:
         try:
             freeze(group)
-        except FileNotFoundError:
-            return
+        except OSError as exc:
+            if exc.errno in _GONE:
+                return
+            raise
         for pid in _procs(group):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
