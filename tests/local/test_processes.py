@@ -1,0 +1,146 @@
+"""Commands and their processes: timeouts kill everything a command started (and nothing else),
+kill() from start(), background daemons live between execs, exec returns when the command exits.
+
+The tests share one sandbox (loopback network, for the web server): each uses its own sleep
+durations as markers, so one test's processes never satisfy another's check.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.sandbox import SandboxSpec
+from tests.local.kit import new_sandbox, sandbox_commands, sh, wait_for
+
+
+@pytest.fixture(scope="module")
+def sb(local_backend: LocalBackend) -> Iterator[LocalSandbox]:
+    with new_sandbox(local_backend, SandboxSpec(network="loopback")) as sandbox:
+        yield sandbox
+
+
+def _running(sb: LocalSandbox, *markers: str) -> set[str]:
+    """Which of ``markers`` (e.g. "sleep 7001") appear in a process command line inside."""
+    commands = sandbox_commands(sb)
+    return {m for m in markers if any(c == m or c.startswith(m + " ") for c in commands)}
+
+
+DOUBLE_FORK = r"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", "7005"])
+    os._exit(0)
+time.sleep(0.2)
+"""
+
+
+def test_a_timeout_returns_124_and_says_so(sb: LocalSandbox) -> None:
+    result = sb.exec("echo before; sleep 7010; echo after", timeout=1)
+    assert result.exit_code == 124 and result.timed_out
+    assert result.stdout == "before\n"
+    assert not _running(sb, "sleep 7010")
+
+
+def test_a_timeout_kills_setsid_nohup_and_double_forked_children_but_not_an_earlier_daemon(
+        sb: LocalSandbox) -> None:
+    sh(sb, "nohup sleep 7001 >/dev/null 2>&1 &")  # a daemon of an earlier command
+    script = (
+        "setsid sleep 7002 & "  # keeps stdout open, in a session of its own
+        "nohup sleep 7003 >/dev/null 2>&1 & "
+        "(sleep 7004 >/dev/null 2>&1 &); "  # orphaned at once: reparented to the init
+        f"python3 -c '{DOUBLE_FORK}'; "  # setsid + double fork: the classic daemon
+        "sleep 7000"
+    )
+    ready = threading.Event()
+    result = sb.exec(script, timeout=3, on_stdout=lambda _: ready.set())
+    assert result.exit_code == 124 and result.timed_out
+    markers = ("sleep 7000", "sleep 7002", "sleep 7003", "sleep 7004", "sleep 7005")
+    assert _running(sb, "sleep 7001", *markers) == {"sleep 7001"}
+
+
+def test_the_children_exist_until_the_timeout(sb: LocalSandbox) -> None:
+    """The check above could pass if the children never started: here they are seen alive first."""
+    proc = sb.start("setsid sleep 7022 & nohup sleep 7023 >/dev/null 2>&1 & "
+                    f"(sleep 7024 >/dev/null 2>&1 &); python3 -c '{DOUBLE_FORK.replace('7005', '7025')}'; "
+                    "sleep 7020")
+    markers = ("sleep 7020", "sleep 7022", "sleep 7023", "sleep 7024", "sleep 7025")
+    wait_for(lambda: _running(sb, *markers) == set(markers), "the command's children to start")
+    proc.kill()
+    assert proc.wait(30) == 137
+    assert not _running(sb, *markers)
+
+
+def test_kill_from_start_ends_the_command_and_everything_it_started(sb: LocalSandbox) -> None:
+    out = bytearray()
+    proc = sb.start("sleep 7101 & setsid sleep 7102 & echo started; sleep 7100", on_stdout=out.extend)
+    wait_for(lambda: b"started" in out, "the command to start")
+    assert proc.poll() is None
+    proc.kill()
+    assert proc.wait(30) == 137  # 128 + SIGKILL
+    assert proc.returncode == 137
+    assert not _running(sb, "sleep 7100", "sleep 7101", "sleep 7102")
+    assert sh(sb, "echo fine").stdout == "fine\n"
+
+
+FETCH = """
+import time, urllib.request
+for _ in range(400):  # the server may still be starting
+    try:
+        print(urllib.request.urlopen("http://127.0.0.1:8765/hello.txt").read().decode(), end="")
+        break
+    except OSError:
+        time.sleep(0.05)
+"""
+
+
+def test_a_background_web_server_keeps_serving_between_execs(sb: LocalSandbox) -> None:
+    sh(sb, "mkdir -p /srv/www && echo served > /srv/www/hello.txt && cd /srv/www && "
+           "nohup python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &")
+    fetch = ["python3", "-c", FETCH]
+    assert sb.exec(fetch).stdout == "served\n"
+    pid = sh(sb, "pgrep -f 'http.server 8765'").stdout.split()
+    sh(sb, "echo another command")
+    assert sb.exec(fetch).stdout == "served\n"
+    assert sh(sb, "pgrep -f 'http.server 8765'").stdout.split() == pid
+
+
+def test_a_sleep_loop_daemon_keeps_writing_between_execs(sb: LocalSandbox) -> None:
+    sh(sb, "nohup sh -c 'while :; do echo tick >> /root/ticks; sleep 0.05; done' >/dev/null 2>&1 &")
+
+    def ticks() -> int:
+        return int(sh(sb, "cat /root/ticks 2>/dev/null | wc -l").stdout)
+
+    first = ticks()
+    wait_for(lambda: ticks() > first + 2, "the daemon to keep ticking")
+
+
+def test_exec_returns_when_the_command_exits_even_if_a_background_child_holds_stdout(
+        sb: LocalSandbox) -> None:
+    result = sb.exec("sleep 7200 & sleep 7201 >&2 & echo done", timeout=60)
+    assert not result.timed_out
+    assert (result.exit_code, result.stdout) == (0, "done\n")
+    assert _running(sb, "sleep 7200", "sleep 7201") == {"sleep 7200", "sleep 7201"}
+
+
+def test_exit_codes_output_streams_stdin_env_and_cwd_reach_the_caller(sb: LocalSandbox) -> None:
+    result = sb.exec("cat; echo err >&2; echo $GREETING; pwd; exit 3", stdin=b"from stdin\n",
+                     env={"GREETING": "hi"}, cwd="/etc")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "from stdin\nhi\n/etc\n", "err\n")
+    assert sb.exec(["sh", "-c", "kill -TERM $$"]).exit_code == 128 + 15
+    assert sb.exec(["no-such-program-hsl"]).exit_code == 127
+    with pytest.raises(InvalidInput):
+        sb.exec("true", cwd="relative")
+
+
+def test_output_of_any_size_is_bounded_in_memory(sb: LocalSandbox) -> None:
+    result = sb.exec("head -c 50000000 /dev/zero | tr '\\0' x; echo; echo the-end", capture_limit=64 * 1024)
+    assert result.exit_code == 0 and result.truncated
+    assert len(result.stdout) < 70 * 1024
+    assert result.stdout.startswith("xxxx") and result.stdout.endswith("the-end\n")
