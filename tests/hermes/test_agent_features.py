@@ -146,3 +146,36 @@ def test_every_command_lands_in_the_audit_log_with_its_task_and_session(
             and r["sandbox"].startswith(hermes.prefix)]
     assert mine and mine[-1]["origin"]["session"] == "a" and mine[-1]["origin"]["task"] == "session:a"
     assert mine[-1]["exit_code"] == 0
+
+
+def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -> None:
+    hermes.run("echo x > /root/x")
+    checkpoint_id = hermes.call("sandbox_checkpoint", {"comment": "from the agent"})["checkpoint"]
+    env = {**os.environ, "HERMES_HOME": str(hermes.home)}
+
+    def cli(*words: str) -> str:
+        done = subprocess.run([str(HERMES_BIN), "sandbox", *words], env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    listed = json.loads(cli("list"))
+    assert [s["name"] for s in listed] == [hermes.env().sandbox_name]
+    assert checkpoint_id in cli("checkpoints")
+
+
+def test_a_failed_file_sync_never_runs_the_command_against_stale_state(
+    hermes: HermesHarness, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HERMES_FORCE_FILE_SYNC", "1")
+    (hermes.home / "skills" / "s").mkdir(parents=True)
+    (hermes.home / "skills" / "s" / "SKILL.md").write_text("v1\n")
+    assert hermes.run("cat /root/.hermes/skills/s/SKILL.md")["output"].strip() == "v1"
+    # the agent turns the skill's path into a directory: the next push cannot write it
+    hermes.run("rm /root/.hermes/skills/s/SKILL.md && mkdir /root/.hermes/skills/s/SKILL.md")
+    (hermes.home / "skills" / "s" / "SKILL.md").write_text("v2 from the host\n")
+    result = hermes.run("touch /root/ran")
+    assert "file sync" in json.dumps(result)
+    hermes.run("rmdir /root/.hermes/skills/s/SKILL.md")
+    assert hermes.run("ls /root/ran")["exit_code"] != 0
+    assert hermes.run("cat /root/.hermes/skills/s/SKILL.md")["output"].strip() == "v2 from the host"

@@ -3,9 +3,8 @@ is the store healthy. Each row is ``(ok, label, detail)``; a failing row says wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from hermes_sandboxes.sandbox import DoctorCheck
 from hermes_sandboxes.settings import InvalidSettings, LocalSettings
 
 if TYPE_CHECKING:
@@ -47,8 +46,7 @@ def doctor_rows(provider: LocalSandboxProvider) -> list[Row]:
         return rows
     try:
         backend = provider.backend(settings)
-        # cast: inside Backend, `list[...]` in doctor()'s annotation names the method Backend.list
-        checks = cast("list[DoctorCheck]", backend.doctor())
+        checks = backend.doctor()
         failing = [c for c in checks if not c.ok]
         store = next((c for c in checks if c.label == "sandbox store"), None)
         if failing:
