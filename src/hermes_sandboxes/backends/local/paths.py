@@ -144,10 +144,15 @@ def boot_id() -> str:
 
 
 def process_start_time(pid: int) -> int | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), to tell a reused pid apart."""
+    """The kernel's start time of ``pid`` (clock ticks since boot), to tell a reused pid apart;
+    None if no such process runs. A zombie counts as gone: a killed init stays one until the host's
+    pid 1 reaps it (which can take seconds), and its socket answers nobody meanwhile."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
