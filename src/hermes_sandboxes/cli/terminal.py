@@ -181,7 +181,7 @@ def _raw_terminal(interactive: bool) -> Iterator[None]:
         yield
         return
     saved = termios.tcgetattr(0)
-    tty.setraw(0)
+    tty.setraw(0, termios.TCSANOW)  # TCSAFLUSH (the default) would drop what was typed ahead
     try:
         yield
     finally:
