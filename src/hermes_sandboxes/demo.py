@@ -174,6 +174,7 @@ class Demo:
     def _destroy(self) -> str | None:
         if self.session is None:
             return None
+        self.step = STEPS - 1  # clean-up is always the last step, also after a failure
         self._heading("Clean up", "The demo's sandbox is destroyed with its checkpoints.")
         try:
             with self._timed("destroy", "destroying the sandbox…"):
