@@ -1,0 +1,107 @@
+"""Operations killed midway (SIGKILL of the host process) leave the sandbox as it was, and usable.
+
+The operation runs in a child Python with HERMES_SANDBOXES_TEST_PAUSE set: the store pauses it at
+the named point (after staging, before publishing) and writes the marker file; the test then kills
+that child with SIGKILL, which no cleanup code can intercept.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
+from tests.local.kit import PYTHON, cgroup_dir, manifest, new_sandbox, sh, temp_backend, wait_for, without_inodes
+
+
+@pytest.fixture(scope="module", params=["btrfs", "copy"])
+def store_backend(request: pytest.FixtureRequest, local_backend: LocalBackend) -> Iterator[LocalBackend]:
+    if request.param == "btrfs":
+        assert local_backend.store.kind == "btrfs"
+        yield local_backend
+    else:
+        with temp_backend(store="copy") as backend:
+            assert backend.store.kind == "copy"
+            yield backend
+
+
+@pytest.fixture
+def sb(store_backend: LocalBackend) -> Iterator[LocalSandbox]:
+    with new_sandbox(store_backend) as sandbox:
+        yield sandbox
+
+
+def _killed_at(point: str, sb: LocalSandbox, operation: str, check_paused: object = None) -> None:
+    """Run ``operation`` (code using ``sb``) in a child Python, SIGKILL it when paused at ``point``."""
+    marker = Path(tempfile.mkdtemp(prefix="hsl-pause-")) / "paused"
+    script = textwrap.dedent(f"""
+        from hermes_sandboxes.backends.local import LocalBackend
+        sb = LocalBackend({str(sb.backend.home)!r}).get({sb.name!r})
+        {operation}
+        raise SystemExit("the operation finished: it was never paused")
+    """)
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
+    child = subprocess.Popen([PYTHON, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: marker.exists() or child.poll() is not None, f"the operation to pause at {point}", 60)
+        assert child.poll() is None, f"the operation ended early: {child.stderr.read() if child.stderr else ''}"
+        assert marker.read_text().strip() == str(child.pid)
+        if callable(check_paused):
+            check_paused()
+    finally:
+        child.send_signal(signal.SIGKILL)  # our own child
+        child.wait()
+        if child.stderr:
+            child.stderr.close()
+        marker.unlink(missing_ok=True)
+        marker.parent.rmdir()
+
+
+def test_a_checkpoint_killed_midway_leaves_the_sandbox_usable_and_lists_nothing_partial(
+        sb: LocalSandbox, store_backend: LocalBackend) -> None:
+    sh(sb, "echo before > /root/state; nohup sleep 7501 >/dev/null 2>&1 &")
+    earlier = sb.checkpoint("earlier")
+    freezer = cgroup_dir(sb, "freezer")
+
+    def frozen_while_paused() -> None:
+        assert cgroups.is_frozen(freezer)  # the kill lands in the worst place: the sandbox is frozen
+
+    _killed_at("checkpoint-staged", sb, "sb.checkpoint('partial')", frozen_while_paused)
+    assert [c.id for c in sb.checkpoints()] == [earlier.id]  # nothing partial is listed
+    assert sh(sb, "cat /root/state; echo usable").stdout == "before\nusable\n"  # not left frozen
+    assert not cgroups.is_frozen(freezer)
+    assert "sleep 7501" in sh(sb, "ps -eo args").stdout  # its processes ran on
+    staged = store_backend.store.checkpoints_dir(sb.name)
+    assert any(p.name.startswith(".tmp-") for p in staged.iterdir())  # the kill left a staged copy...
+    after = sb.checkpoint("after")
+    assert [c.id for c in sb.checkpoints()] == [earlier.id, after.id]
+    assert not any(p.name.startswith(".") for p in staged.iterdir())  # ...which the next one removed
+    sh(sb, "echo changed > /root/state")
+    sb.restore(after.id)
+    assert sh(sb, "cat /root/state").stdout == "before\n"
+
+
+FILES = ["/root/state", "/root/only-after", "/etc/issue", "/root"]
+
+
+def test_a_restore_killed_midway_leaves_the_files_exactly_as_they_were(
+        sb: LocalSandbox, store_backend: LocalBackend) -> None:
+    sh(sb, "echo at-checkpoint > /root/state")
+    ck = sb.checkpoint()
+    sh(sb, "echo after-checkpoint > /root/state; echo new > /root/only-after; rm /etc/issue")
+    before = manifest(sb, FILES)
+    _killed_at("restore-staged", sb, f"sb.restore({ck.id!r})")
+    # untouched, and the sandbox runs again (a fresh overlay mount may renumber directories)
+    assert without_inodes(manifest(sb, FILES)) == without_inodes(before)
+    assert sh(sb, "cat /root/state").stdout == "after-checkpoint\n"
+    assert [c.id for c in sb.checkpoints()] == [ck.id]
+    assert not any(p.name.startswith(".") for p in store_backend.store.sandbox_dir(sb.name).iterdir())
+    sb.restore(ck.id)  # and a restore works afterwards
+    assert sh(sb, "cat /root/state; test -e /etc/issue && echo base-back").stdout == "at-checkpoint\nbase-back\n"
