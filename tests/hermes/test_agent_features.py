@@ -174,8 +174,9 @@ def test_a_failed_file_sync_never_runs_the_command_against_stale_state(
     # the agent turns the skill's path into a directory: the next push cannot write it
     hermes.run("rm /root/.hermes/skills/s/SKILL.md && mkdir /root/.hermes/skills/s/SKILL.md")
     (hermes.home / "skills" / "s" / "SKILL.md").write_text("v2 from the host\n")
-    result = hermes.run("touch /root/ran")
+    result = hermes.run("touch /root/ran")  # refused (Hermes retries it three times first)
     assert "file sync" in json.dumps(result)
-    hermes.run("rmdir /root/.hermes/skills/s/SKILL.md")
+    # every command is refused until the sandbox can take the push again: repair it from outside
+    assert hermes.env().sandbox.exec(["rmdir", "/root/.hermes/skills/s/SKILL.md"]).exit_code == 0
     assert hermes.run("ls /root/ran")["exit_code"] != 0
     assert hermes.run("cat /root/.hermes/skills/s/SKILL.md")["output"].strip() == "v2 from the host"
