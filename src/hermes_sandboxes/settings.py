@@ -93,7 +93,7 @@ class BackendSettings(BaseModel):
     name_prefix: str = DEFAULT_NAME_PREFIX
     scope: Scope = "session"
     auto_checkpoint: AutoCheckpoint = "risky"
-    retention: int = Field(default=20, description="automatic checkpoints kept per sandbox")
+    retention: int = Field(default=10, description="automatic checkpoints kept per sandbox")
     credentials: dict[str, str] = Field(default_factory=dict)
     protected_paths: tuple[str, ...] = ()
 
