@@ -7,6 +7,7 @@ and every read-only check runs against it. Tests that change the sandbox get a f
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import secrets
@@ -346,6 +347,7 @@ if libc.name_to_handle_at(-100, b"/dev/shm/h", buf, ctypes.byref(mount_id), 0) !
     print("no handle", ctypes.get_errno()); sys.exit(1)
 fd = libc.open_by_handle_at(os.open("/dev/shm", os.O_RDONLY), buf, os.O_RDONLY)
 print("opened" if fd >= 0 else f"denied {ctypes.get_errno()}")
+os.unlink("/dev/shm/h")
 """
 
 
@@ -353,6 +355,54 @@ def test_open_by_handle_at_is_denied(world: World) -> None:
     """The "shocker" escape: open_by_handle_at needs CAP_DAC_READ_SEARCH, which root inside lacks."""
     result = sh(world.sb, f"python3 -c '{OPEN_BY_HANDLE}'")
     assert result.stdout.strip() == "denied 1", result.stdout  # EPERM
+
+
+# capability numbers (linux/capability.h) root inside must not hold
+DANGEROUS_CAPABILITIES = {
+    "CAP_DAC_READ_SEARCH": 2, "CAP_LINUX_IMMUTABLE": 9, "CAP_NET_ADMIN": 12, "CAP_IPC_LOCK": 14,
+    "CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_PTRACE": 19, "CAP_SYS_PACCT": 20,
+    "CAP_SYS_ADMIN": 21, "CAP_SYS_BOOT": 22, "CAP_SYS_NICE": 23, "CAP_SYS_RESOURCE": 24, "CAP_SYS_TIME": 25,
+    "CAP_SYS_TTY_CONFIG": 26, "CAP_MKNOD": 27, "CAP_AUDIT_CONTROL": 30, "CAP_MAC_OVERRIDE": 32,
+    "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34, "CAP_WAKE_ALARM": 35, "CAP_BLOCK_SUSPEND": 36, "CAP_PERFMON": 38,
+    "CAP_BPF": 39, "CAP_CHECKPOINT_RESTORE": 40,
+}
+
+
+def test_root_inside_lacks_every_dangerous_capability_for_good(world: World) -> None:
+    status = dict(line.split(":\t", 1) for line in sh(world.sb, "cat /proc/self/status").stdout.splitlines()
+                  if ":\t" in line)
+    for field in ("CapBnd", "CapEff", "CapPrm"):
+        mask = int(status[field], 16)
+        held = [name for name, bit in DANGEROUS_CAPABILITIES.items() if mask & (1 << bit)]
+        assert held == [], f"{field}: {held}"
+    assert status["NoNewPrivs"].strip() == "1"
+    result = world.sb.exec("date -s '2001-01-01' >/dev/null; echo rc=$?; dmesg >/dev/null; echo rc=$?; "
+                           "insmod /nonexistent.ko; echo rc=$?")
+    assert "rc=0" not in result.stdout
+
+
+def test_a_setuid_binary_gives_no_privilege_back(sandbox: LocalSandbox) -> None:
+    """no_new_privs: an unprivileged user inside cannot climb back to root through a setuid file."""
+    result = sh(sandbox, "cp /usr/bin/id /usr/local/bin/suid-id && chmod 4755 /usr/local/bin/suid-id && "
+                         "setpriv --reuid 4321 --regid 4321 --clear-groups /usr/local/bin/suid-id -u; "
+                         "setpriv --reuid 4321 --regid 4321 --clear-groups cat /etc/shadow; echo rc=$?")
+    assert result.stdout.split() == ["4321", "rc=1"]
+
+
+def test_shared_memory_and_ipc_of_the_host_are_invisible(world: World) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_private, ipc_creat, ipc_rmid = 0, 0o1000, 0
+    segment = libc.shmget(ipc_private, 4096, ipc_creat | 0o600)  # a System V segment of the host
+    assert segment >= 0, ctypes.get_errno()
+    host_file = Path(f"/dev/shm/hsl-{secrets.token_hex(4)}")
+    host_file.write_text("host shm")
+    try:
+        assert len(Path("/proc/sysvipc/shm").read_text().splitlines()) > 1
+        assert host_file.name not in sh(world.sb, "ls -A /dev/shm").stdout
+        assert sh(world.sb, "cat /proc/sysvipc/shm | wc -l").stdout.split() == ["1"]  # the header only
+    finally:
+        host_file.unlink()
+        libc.shmctl(segment, ipc_rmid, None)
 
 
 # what root inside can do, and what that changes on the host (nothing) ------------------------------

@@ -7,6 +7,8 @@ durations as markers, so one test's processes never satisfy another's check.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 from collections.abc import Iterator
 
@@ -15,7 +17,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import SandboxSpec
-from tests.local.kit import new_sandbox, sandbox_commands, sh, wait_for
+from tests.local.kit import cgroup_dir, new_sandbox, sandbox_commands, sh, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +146,45 @@ def test_output_of_any_size_is_bounded_in_memory(sb: LocalSandbox) -> None:
     assert result.exit_code == 0 and result.truncated
     assert len(result.stdout) < 70 * 1024
     assert result.stdout.startswith("xxxx") and result.stdout.endswith("the-end\n")
+
+
+def test_a_started_command_streams_its_output_without_anyone_waiting(sb: LocalSandbox) -> None:
+    """start() with a sink: output flows as it comes, so a chatty command never blocks on a full pipe."""
+    received = bytearray()
+    lock = threading.Lock()
+
+    def sink(chunk: bytes) -> None:
+        with lock:
+            received.extend(chunk)
+
+    proc = sb.start("head -c 3000000 /dev/zero; echo finished > /root/streamed", on_stdout=sink)
+    wait_for(lambda: sb.exec("cat /root/streamed").stdout == "finished\n", "the command to finish unattended")
+    wait_for(lambda: len(received) == 3_000_000, "all of the output to reach the sink")
+    assert proc.wait(30) == 0
+
+
+def test_large_stdin_and_files_pass_through_whole(sb: LocalSandbox) -> None:
+    data = bytes(range(256)) * 40_000  # ~10 MB: far beyond a pipe's buffer
+    result = sb.exec("sha256sum | cut -d' ' -f1", stdin=data)
+    assert result.stdout.strip() == hashlib.sha256(data).hexdigest()
+    sb.write_file("/root/big", data)
+    assert sb.read_file("/root/big") == data
+
+
+def test_killing_a_finished_process_is_harmless(sb: LocalSandbox) -> None:
+    proc = sb.start("true")
+    assert proc.wait(30) == 0
+    proc.kill()
+    assert proc.returncode == 0
+
+
+def test_many_commands_leave_no_cgroup_or_descriptor_behind(local_backend: LocalBackend) -> None:
+    with new_sandbox(local_backend) as fresh:
+        sh(fresh, "true")
+        freezer = cgroup_dir(fresh, "freezer")
+        fds_before = len(os.listdir("/proc/self/fd"))
+        for i in range(40):
+            assert fresh.exec(f"echo {i}").stdout == f"{i}\n"
+        fresh.exec("sleep 7300", timeout=0.2)
+        wait_for(lambda: not [p for p in freezer.iterdir() if p.is_dir()], "the per-command groups to go")
+        assert len(os.listdir("/proc/self/fd")) <= fds_before + 2
