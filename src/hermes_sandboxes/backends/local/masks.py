@@ -61,6 +61,27 @@ def apply_masks(upper: Path, lower: Path, paths: Iterable[str]) -> None:
         _scrub_shadow(upper, lower, Path(name.lstrip("/")))
 
 
+def _parents_are_real_dirs(upper: Path, rel: Path) -> bool:
+    """Whether every parent of ``rel`` that exists in ``upper`` is a real directory.
+
+    The upper layer belongs to the sandbox, and this code runs on the host as root: a parent the
+    sandbox replaced with a symlink (say /etc -> /etc/cron.d, resolved here against the host's
+    root) would steer the writes below into a host directory. Such a parent also hides the base's
+    path from the sandbox, so there is nothing left to mask under it. Nothing runs in the sandbox
+    while masks are applied (its init is stopped), so the answer cannot change under us.
+    """
+    path = upper
+    for part in rel.parts[:-1]:
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return True  # created below by _copy_parents, as a real directory
+        if not stat.S_ISDIR(mode):
+            return False
+    return True
+
+
 def _copy_parents(upper: Path, lower: Path, rel: Path) -> None:
     """Create the parent directories of ``rel`` in upper with the lower's mode, owner and times,
     so the merged view of those directories does not change."""
@@ -79,6 +100,8 @@ def _copy_parents(upper: Path, lower: Path, rel: Path) -> None:
 
 def _make_opaque(upper: Path, lower: Path, rel: Path) -> None:
     target = upper / rel
+    if not _parents_are_real_dirs(upper, rel):
+        return
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         return  # the sandbox replaced it with something of its own: already hides the host's
     if not target.exists():
@@ -87,12 +110,12 @@ def _make_opaque(upper: Path, lower: Path, rel: Path) -> None:
         target.mkdir()
         os.chown(target, st.st_uid, st.st_gid)
         os.chmod(target, stat.S_IMODE(st.st_mode))
-    os.setxattr(target, OPAQUE_XATTR, b"y")
+    os.setxattr(target, OPAQUE_XATTR, b"y", follow_symlinks=False)
 
 
 def _whiteout(upper: Path, lower: Path, rel: Path) -> None:
     target = upper / rel
-    if os.path.lexists(target):
+    if not _parents_are_real_dirs(upper, rel) or os.path.lexists(target):
         return
     _copy_parents(upper, lower, rel)
     os.mknod(target, stat.S_IFCHR | 0o000, os.makedev(0, 0))
@@ -100,7 +123,7 @@ def _whiteout(upper: Path, lower: Path, rel: Path) -> None:
 
 def _scrub_shadow(upper: Path, lower: Path, rel: Path) -> None:
     source, target = lower / rel, upper / rel
-    if os.path.lexists(target) or not source.is_file():
+    if not _parents_are_real_dirs(upper, rel) or os.path.lexists(target) or not source.is_file():
         return
     lines = []
     for line in source.read_text(errors="replace").splitlines():
