@@ -381,6 +381,31 @@ def test_root_inside_lacks_every_dangerous_capability_for_good(world: World) -> 
     assert "rc=0" not in result.stdout
 
 
+def test_symlinks_planted_inside_do_not_steer_the_host_s_mask_writes(local_backend: LocalBackend) -> None:
+    """Each start re-applies the masks to the writable layer, on the host, as root. If the sandbox
+    replaced a parent of a masked path with a symlink to a host directory, following it would make
+    the host write there (a scrubbed shadow file, a whiteout device, a directory)."""
+    token = secrets.token_hex(4)
+    victim = Path(tempfile.mkdtemp(prefix=f"hsl-victim-{token}-", dir="/tmp"))
+    masked = Path(tempfile.mkdtemp(prefix=f"hsl-mt-{token}-", dir=VISIBLE_PARENT))
+    (masked / "secret").write_text("masked file\n")
+    (masked / "subdir").mkdir()
+    try:
+        spec = SandboxSpec(masks=(str(masked / "secret"), str(masked / "subdir")))
+        with new_sandbox(local_backend, spec) as sb:
+            assert sb.exec(f"cat {masked}/secret").exit_code != 0  # masked at the first start
+            sh(sb, f"rm -rf {masked} && ln -s {victim} {masked} && rm -rf /etc && ln -s {victim} /etc")
+            sb.stop()
+            result = sb.exec("echo restarted")  # the next start applies the masks again
+            planted = sorted(p.name for p in victim.iterdir())
+            assert planted == [], f"the host wrote {planted} into {victim}"
+            assert result.stdout == "restarted\n"
+            assert not os.listxattr(victim)
+    finally:
+        shutil.rmtree(victim, ignore_errors=True)
+        shutil.rmtree(masked, ignore_errors=True)
+
+
 def test_a_setuid_binary_gives_no_privilege_back(sandbox: LocalSandbox) -> None:
     """no_new_privs: an unprivileged user inside cannot climb back to root through a setuid file."""
     result = sh(sandbox, "cp /usr/bin/id /usr/local/bin/suid-id && chmod 4755 /usr/local/bin/suid-id && "
