@@ -57,11 +57,16 @@ class CliGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, home: str | None) -> None:
     """Sandboxes for an AI agent's shell commands: isolated, persistent or disposable,
-    with sub-second checkpoint and restore."""
+    with sub-second checkpoint and restore.
+
+    \b
+    Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted. exec, run and shell
+    exit with the command's code (124: timed out), or 125 when the sandbox itself failed.
+    """
     ctx.obj = Workspace(home)
 
 
-@cli.command()
+@cli.command(short_help="Break a sandbox and roll it back, for real.")
 @click.pass_obj
 def demo(workspace: Workspace) -> int:
     """Break a sandbox on purpose and roll it back: the rollback story in one minute."""

@@ -267,7 +267,7 @@ def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str) -> No
 # -- log ---------------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(short_help="A sandbox's audit trail.")
 @click.argument("name")
 @json_option
 @click.pass_obj

@@ -91,7 +91,7 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def error(message: str) -> None:
     """The one-line error format: ``error: <message>`` on stderr."""
     text = " ".join(str(message).split()) or "unknown error"
-    click.echo(f"error: {text}", err=True)
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {text}", err=True)  # click drops the colour off a tty
 
 
 def human_size(size: int | None) -> str:

@@ -153,7 +153,7 @@ def _exit_125_on_error() -> Iterator[None]:
 # -- commands ----------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(short_help="Create a sandbox.")
 @click.argument("name")
 @click.option("--ephemeral", is_flag=True, help="Never adopted by another run; remove it when done.")
 @spec_options
@@ -163,7 +163,8 @@ def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> 
     ui = Ui()
     validate_name(name)
     sandbox_spec = build_spec(**spec)
-    with ui.status(f"creating sandbox {name} (the first one also prepares the store)…"):
+    first = not (workspace.home / "store.json").exists()  # the local backend's record of its store
+    with ui.status(f"creating sandbox {name}" + (" (first use: formatting the store)…" if first else "…")):
         sandbox = workspace.backend.create(name, sandbox_spec, ephemeral=ephemeral)
     session = workspace.session(sandbox)
     session.record_create()
@@ -171,7 +172,7 @@ def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> 
     ui.result(name)
 
 
-@click.command(name="exec")
+@click.command(name="exec", short_help="Run a command in a sandbox.")
 @click.argument("name")
 @command_options
 @click.option("--checkpoint", "policy", type=click.Choice(CLI_POLICIES), default="auto", show_default=True,
@@ -200,7 +201,7 @@ def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str
     return _finish(ui, outcome, timeout)
 
 
-@click.command()
+@click.command(short_help="Run a command in a throw-away sandbox.")
 @spec_options
 @command_options
 @click.argument("command", nargs=-1, required=True)
@@ -226,7 +227,7 @@ def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], ti
     return _finish(ui, outcome, timeout)
 
 
-@click.command()
+@click.command(short_help="Interactive bash inside a sandbox.")
 @click.argument("name")
 @click.pass_obj
 def shell(workspace: Workspace, name: str) -> int:
@@ -255,7 +256,7 @@ def ls(workspace: Workspace, as_json: bool) -> None:
     ui.table(["NAME", "STATE", "KIND", "AGE", "NETWORK", "CHANGED", "CHECKPOINTS"], rows)
 
 
-@click.command()
+@click.command(short_help="Destroy a sandbox.")
 @click.argument("name")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
@@ -276,7 +277,7 @@ def rm(workspace: Workspace, name: str, yes: bool) -> int:
     return 0
 
 
-@click.command()
+@click.command(short_help="Stop a sandbox's processes (files stay).")
 @click.argument("name")
 @click.pass_obj
 def stop(workspace: Workspace, name: str) -> None:
@@ -286,7 +287,7 @@ def stop(workspace: Workspace, name: str) -> None:
     Ui().note(f"stopped {name}")
 
 
-@click.command()
+@click.command(short_help="What works on this machine, and why not.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def doctor(workspace: Workspace, as_json: bool) -> int:
