@@ -207,25 +207,37 @@ class RecordedSandbox:
         """Run ``command`` after an automatic checkpoint if the policy (``checkpoint`` overrides the
         sandbox's) wants one. ``env`` is passed on and never recorded."""
         text = command_text(command)
-        policy = self.policy if checkpoint is None else _validate_policy(checkpoint)
-        verdict = wants_checkpoint(policy, text, protected_paths=self.protected_paths,
-                                   exists=self._exists, cwd=cwd)
-        auto = None
-        if verdict.risky:
-            why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
-            auto = self.checkpoint(f"before: {_short(text)}{why}", trigger="auto", trigger_command=text)
-        tags = {**self.origin, **(origin or {})}
+        auto, verdict = self.checkpoint_if_risky(text, policy=checkpoint, cwd=cwd)
         started = time.monotonic()
         try:
             result = self._inner.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout,
                                       on_stdout=on_stdout, on_stderr=on_stderr, capture_limit=capture_limit)
         except SandboxError as exc:
-            self._record(ExecRecord(sandbox=self.name, command=text, exit_code=None,
-                                    duration_s=time.monotonic() - started, origin=tags, error=str(exc)))
+            self.record_exec(text, None, time.monotonic() - started, origin=origin, error=str(exc))
             raise
-        self._record(ExecRecord(sandbox=self.name, command=text, exit_code=result.exit_code,
-                                duration_s=result.duration_s, timed_out=result.timed_out, origin=tags))
+        self.record_exec(text, result.exit_code, result.duration_s, timed_out=result.timed_out, origin=origin)
         return RecordedExec(result, auto, verdict)
+
+    def checkpoint_if_risky(self, command: str, *, policy: CheckpointPolicy | None = None,
+                            cwd: str | None = None) -> tuple[Checkpoint | None, RiskVerdict]:
+        """The automatic checkpoint before ``command``, when the policy (``policy`` overrides the
+        sandbox's) wants one. Raises if it cannot be taken: callers must not run the command then."""
+        chosen = self.policy if policy is None else _validate_policy(policy)
+        verdict = wants_checkpoint(chosen, command, protected_paths=self.protected_paths,
+                                   exists=self._exists, cwd=cwd)
+        if not verdict.risky:
+            return None, verdict
+        why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
+        taken = self.checkpoint(f"before: {_short(command)}{why}", trigger="auto", trigger_command=command)
+        return taken, verdict
+
+    def record_exec(self, command: str, exit_code: int | None, duration_s: float, *, timed_out: bool = False,
+                    origin: Mapping[str, str] | None = None, error: str | None = None) -> None:
+        """Journal (and audit) a command that ran through another path than ``exec``, e.g. a
+        streaming start() driven by a caller; ``origin`` adds to the sandbox's own tags."""
+        self._record(ExecRecord(sandbox=self.name, command=command, exit_code=exit_code,
+                                duration_s=duration_s, timed_out=timed_out,
+                                origin={**self.origin, **(origin or {})}, error=error))
 
     def _exists(self, path: str) -> bool:
         """Whether ``path`` exists in the sandbox; the classifier asks only about redirect targets

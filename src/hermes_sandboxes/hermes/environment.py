@@ -28,9 +28,7 @@ from tools.environments.base import (  # type: ignore[import-untyped]
 )
 
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound
-from hermes_sandboxes.journal import ExecRecord, Journal
 from hermes_sandboxes.recorder import RecordedSandbox
-from hermes_sandboxes.risk import wants_checkpoint
 from hermes_sandboxes.sandbox import Process, Sandbox
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
 from hermes_sandboxes.sync import SandboxFileSync, SyncFailed
@@ -65,7 +63,6 @@ class EnvironmentOptions:
     lookup: SecretLookup
     sync_lock: threading.Lock
     redactor: Redactor  # also the journals' redactor: a value injected here never reaches their disk
-    audit: Journal | None  # the store's audit log (the recorder keeps its own handle private)
     reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
 
 
@@ -130,27 +127,19 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
 
     def _auto_checkpoint(self, command: str) -> str:
         """Checkpoint first when the policy says this command is risky; the note tells the model."""
-        recorded = self.recorded
-        verdict = wants_checkpoint(recorded.policy, command, protected_paths=recorded.protected_paths)
-        if not verdict.risky:
+        cp, verdict = self.recorded.checkpoint_if_risky(command)
+        if cp is None:
             return ""
         why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
-        short = " ".join(command.split())[:80]
-        cp = recorded.checkpoint(f"before: {short}{why}", trigger="auto", trigger_command=command)
         return (f"[sandbox: checkpoint {cp.id} was taken before this command{why}; "
                 f"to undo the command, call sandbox_restore with id {cp.id}]")
 
     def _journal(self, call: _Call, result: Mapping[str, Any], duration: float) -> None:
         code = result.get("returncode")
-        record = ExecRecord(
-            sandbox=self.sandbox_name, command=call.command,
-            exit_code=int(code) if isinstance(code, int) else None, duration_s=round(duration, 6),
-            timed_out=bool(result.get("hermes_timed_out")), origin=call.origin,
-        )
         try:
-            self.recorded.journal.append(record)
-            if self.options.audit is not None:
-                self.options.audit.append(record)
+            self.recorded.record_exec(call.command, int(code) if isinstance(code, int) else None,
+                                      round(duration, 6), timed_out=bool(result.get("hermes_timed_out")),
+                                      origin=call.origin)
         except Exception:  # the command already ran; losing its record must not lose its result
             logger.error("sandbox %s: could not journal a command", self.sandbox_name, exc_info=True)
 

@@ -201,7 +201,7 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         options = EnvironmentOptions(
             task_key=task_key, persistent=persistent, credentials=dict(settings.credentials),
             lookup=hermes_profile_secret, sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor,
-            audit=audit, reopen=reopen,
+            reopen=reopen,
         )
         try:
             return SandboxEnvironment(recorded, cwd=cwd or "/root", timeout=timeout, options=options)
