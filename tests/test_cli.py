@@ -406,12 +406,16 @@ def test_shell_on_a_terminal_is_interactive_with_job_control(home: Path, box: Lo
     term.expect(b"job-control-2")
     term.send(b"exit 3\r")
     assert term.finish() == 3
+    assert [(r["command"], r["exit_code"]) for r in as_json(home, "log", box.name)] == \
+        [("(interactive shell)", 3)]
 
 
 def test_shell_reads_a_script_when_stdin_is_not_a_terminal(home: Path, box: LocalSandbox) -> None:
     done = subprocess.run([*CLI, "--home", str(home), "shell", box.name], input=b"echo hi from $(hostname)\nexit 4\n",
                           capture_output=True, timeout=60, check=False)
     assert done.returncode == 4 and done.stdout == f"hi from {box.name}\n".encode()
+    [noted] = as_json(home, "log", box.name)
+    assert (noted["command"], noted["exit_code"]) == ("(shell script from stdin)", 4)
 
 
 # -- checkpoints ---------------------------------------------------------------------------------

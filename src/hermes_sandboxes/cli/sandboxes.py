@@ -6,6 +6,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, NoReturn
 
@@ -232,10 +233,21 @@ def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], ti
 @click.pass_obj
 def shell(workspace: Workspace, name: str) -> int:
     """An interactive bash inside NAME (a script when stdin is not a terminal)."""
-    from hermes_sandboxes.cli.terminal import run_shell
+    from hermes_sandboxes.cli.terminal import interactive, run_shell
 
     with _exit_125_on_error():
-        return run_shell(workspace.sandbox(name))
+        sandbox = workspace.sandbox(name)
+        session = workspace.session(sandbox)
+        label = "(interactive shell)" if interactive() else "(shell script from stdin)"
+        started = time.monotonic()
+        try:
+            code = run_shell(sandbox)
+        except SandboxError as exc:
+            session.note_exec(label, None, time.monotonic() - started, error=str(exc))
+            raise
+        session.note_exec(label, code, time.monotonic() - started)
+        session.close()
+        return code
 
 
 @click.command(name="ls")

@@ -113,6 +113,7 @@ class Session:
         if policy not in CLI_POLICIES:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
         self.tracker = _ProcessTracker(sandbox)
+        self.home = home
         self.sandbox = sandbox
         self.recorded: RecordedSandbox | None = None
         recorder = recorder_class()
@@ -203,6 +204,18 @@ class Session:
             self.recorded.delete_checkpoint(checkpoint_id)
         else:
             self.sandbox.delete_checkpoint(checkpoint_id)
+
+    def note_exec(self, command: str, exit_code: int | None, duration_s: float,
+                  error: str | None = None) -> None:
+        """Journal a command that ran past the recorder (the interactive shell), so the story and the
+        audit log still show that something happened in the sandbox then."""
+        if self.recorded is None:
+            return
+        record = ExecRecord(sandbox=self.name, command=command, exit_code=exit_code, duration_s=duration_s,
+                            error=error)
+        self.recorded.journal.append(record)
+        with Journal(audit_path(self.home)) as audit:
+            audit.append(record)
 
     def destroy(self) -> None:
         if self.recorded is not None:

@@ -46,11 +46,16 @@ SCRIPTED = 'if command -v bash >/dev/null; then exec bash -s; fi; exec sh -s'
 _CHUNK = 65536
 
 
+def interactive() -> bool:
+    """A terminal on both ends: the shell gets a pty; otherwise it reads a script from stdin."""
+    return os.isatty(0) and os.isatty(1)
+
+
 def run_shell(sandbox: LocalSandbox) -> int:
     """Run the shell until it exits; returns its exit code."""
-    interactive = os.isatty(0) and os.isatty(1)
+    on_terminal = interactive()
     env = {**BASE_ENV, "HOSTNAME": sandbox.name}
-    if interactive:
+    if on_terminal:
         env["TERM"] = os.environ.get("TERM", "xterm-256color")
         master, slave = os.openpty()
         _copy_window_size(master)
@@ -61,7 +66,7 @@ def run_shell(sandbox: LocalSandbox) -> int:
         err_r, err_w = os.pipe()
         theirs, ours = [in_r, out_w, err_w], {"in": in_w, "out": out_r, "err": err_r}
     exec_id = secrets.token_hex(8)
-    request = {"op": "exec", "id": exec_id, "shell": INTERACTIVE if interactive else SCRIPTED,
+    request = {"op": "exec", "id": exec_id, "shell": INTERACTIVE if on_terminal else SCRIPTED,
                "cwd": "/root", "env": env}
     try:
         sock, group = _start(sandbox, request, theirs)
@@ -73,12 +78,12 @@ def run_shell(sandbox: LocalSandbox) -> int:
         for fd in set(theirs):
             os.close(fd)
     try:
-        with _raw_terminal(interactive), _resize_follows(ours["in"] if interactive else -1):
-            return _Pump(sock, ours, interactive, sandbox.name).run()
+        with _raw_terminal(on_terminal), _resize_follows(ours["in"] if on_terminal else -1):
+            return _Pump(sock, ours, on_terminal, sandbox.name).run()
     finally:
         cgroups.kill_group(group)  # what the shell left running in the background goes with it
         for fd in set(ours.values()):
-            if fd != ours["in"] or interactive:  # the stdin thread closes a pipe's write end itself
+            if fd != ours["in"] or on_terminal:  # the stdin thread closes a pipe's write end itself
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
