@@ -1,0 +1,84 @@
+"""Which shell commands deserve an automatic checkpoint before they run.
+
+``classify`` reads a command line as a shell would (quotes, ``; && || | &``, newlines, ``( )``,
+``{ }``, ``$( )``, backticks, heredocs), looks past prefixes (``sudo``, ``env``, ``VAR=x``,
+``timeout 10``, ``xargs`` ...), reads the code given to ``bash -c``, ``eval``, ``su -c`` or piped
+into a shell, then judges each simple command by its program and arguments. Text that is only an
+argument (``echo "rm -rf /"``, ``grep -r "DROP TABLE" .``) is never taken for a command.
+
+Choices, fail-closed because a needless checkpoint is cheap and a lost file is not:
+- a recursive rm is risky wherever it points (``/tmp`` too); a plain or forced rm only with a
+  wildcard, an operand known only at run time (``$VAR``, ``$( )``, ``xargs``, ``find -exec {}``) or
+  a target under a protected path, so ``rm -f /tmp/x.log`` is harmless;
+- ``make clean``/``distclean`` is risky: the recipe is unseen and exists to delete things;
+- ``ssh host 'cmd'``, ``docker exec``/``run`` and ``kubectl exec`` act elsewhere: not risky here;
+- input that is not valid shell (an unbalanced quote) is scanned for dangerous program names and
+  SQL anywhere, then read again without its quotes, so ``echo 'rm -rf /`` counts as risky.
+
+Blind spots: stdin we cannot see (``psql < dump.sql``, ``cat f | sh``); scripts, Makefile recipes,
+aliases and functions defined earlier; the values of variables; other languages beyond a few
+deletion calls in ``python -c``/``node -e``/``perl -e``; ``~``, and relative paths when no ``cwd``
+is given (a ``cd`` inside the command is followed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.risk.context import _Context, _normalise
+from hermes_sandboxes.risk.scan import _scan
+
+__all__ = ["CHECKPOINT_POLICIES", "CheckpointPolicy", "RiskVerdict", "classify", "wants_checkpoint"]
+
+CheckpointPolicy = Literal["off", "risky", "always"]
+CHECKPOINT_POLICIES: tuple[CheckpointPolicy, ...] = ("off", "risky", "always")
+
+
+@dataclass(frozen=True)
+class RiskVerdict:
+    risky: bool
+    reasons: tuple[str, ...] = ()  # short and human-readable: "recursive rm of /root/app"
+
+
+def classify(
+    command: str,
+    *,
+    protected_paths: Sequence[str] = (),
+    exists: Callable[[str], bool] | None = None,
+    cwd: str | None = None,
+) -> RiskVerdict:
+    """Whether the shell string ``command`` may destroy something a checkpoint could bring back.
+
+    ``protected_paths``: absolute paths whose files must not be removed, moved or overwritten.
+    ``exists`` tells whether a path exists; without it any ``>`` onto a protected path counts.
+    ``cwd`` is where the command starts, to match relative paths against protected ones.
+    """
+    if not isinstance(command, str):
+        raise InvalidInput(f"classify takes a shell string, not {type(command).__name__}: use shlex.join")
+    for path in [*protected_paths, *([cwd] if cwd is not None else [])]:
+        if not path.startswith("/"):
+            raise InvalidInput(f"path {path!r} is relative: give protected paths and cwd as absolute paths")
+    ctx = _Context(tuple(_normalise(p) for p in protected_paths), exists, cwd and _normalise(cwd))
+    _scan(command, ctx, 0)
+    return RiskVerdict(bool(ctx.reasons), tuple(ctx.reasons))
+
+
+def wants_checkpoint(
+    policy: CheckpointPolicy,
+    command: str,
+    *,
+    protected_paths: Sequence[str] = (),
+    exists: Callable[[str], bool] | None = None,
+    cwd: str | None = None,
+) -> RiskVerdict:
+    """Whether to checkpoint before ``command``: never (off), always, or when it is risky."""
+    if policy == "off":
+        return RiskVerdict(False)
+    if policy == "always":
+        return RiskVerdict(True, ("policy always",))
+    if policy == "risky":
+        return classify(command, protected_paths=protected_paths, exists=exists, cwd=cwd)
+    raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CHECKPOINT_POLICIES)}")
