@@ -330,6 +330,17 @@ def test_exec_streams_output_while_the_command_still_runs(home: Path, box: Local
         proc.wait()
 
 
+def test_exec_into_a_reader_that_stops_early_kills_the_command_and_exits_141_quietly(
+        home: Path, box: LocalSandbox) -> None:
+    proc = subprocess.Popen([*CLI, "--home", str(home), "exec", box.name, "--", "yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"y\n"
+    proc.stdout.close()  # what `| head -1` does once it has its line
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141 and err == b""
+    assert ok(home, "exec", box.name, "--", "pgrep -x yes || echo none").stdout == "none\n"
+
+
 def test_ctrl_c_during_exec_kills_the_command_inside(home: Path, box: LocalSandbox) -> None:
     proc = subprocess.Popen([*CLI, "--home", str(home), "exec", box.name, "--", "echo started; exec sleep 600"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -81,25 +82,57 @@ def to_command(args: tuple[str, ...]) -> Command:
     return args[0] if len(args) == 1 else list(args)
 
 
-def _sink(stream: Any) -> OutputSink:
-    """Write a command's bytes through as they arrive (the pump thread calls this)."""
-    binary: BinaryIO = getattr(stream, "buffer", stream)
-    lock = threading.Lock()
-
-    def write(chunk: bytes) -> None:
-        with lock:
-            binary.write(chunk)
-            binary.flush()
-
-    return write
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
-def _finish(ui: Ui, outcome: ExecOutcome, timeout: float | None) -> int:
-    sys.stdout.flush()
-    if outcome.result.timed_out:
-        ui.note(f"timed out after {timeout:g}s: the command and every process it started were killed "
-                "(exit 124)", style="yellow")
-    return outcome.result.exit_code
+class _Passthrough:
+    """The command's stdout and stderr, written through to ours as they arrive (from the pump thread).
+
+    When our reader goes away (``exec box -- yes | head``), the command is killed, as SIGPIPE would
+    kill it in a shell pipeline, and we exit 141 quietly instead of a traceback per chunk."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self.broken = False
+
+    def sink(self, stream: Any) -> OutputSink:
+        binary: BinaryIO = getattr(stream, "buffer", stream)
+
+        def write(chunk: bytes) -> None:
+            with self._lock:
+                if self.broken:
+                    return
+                try:
+                    binary.write(chunk)
+                    binary.flush()
+                except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
+                    self.broken = True
+                    self._session.tracker.kill_all()
+
+        return write
+
+    def run(self, command: Command, timeout: float | None, **options: Any) -> ExecOutcome:
+        return self._session.exec(command, timeout=timeout, on_stdout=self.sink(sys.stdout),
+                                  on_stderr=self.sink(sys.stderr), **options)
+
+    def exit_code(self, ui: Ui, outcome: ExecOutcome, timeout: float | None) -> int:
+        if self.broken:
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
+        sys.stdout.flush()
+        if outcome.result.timed_out:
+            ui.note(f"timed out after {timeout:g}s: the command and every process it started were killed "
+                    "(exit 124)", style="yellow")
+        return outcome.result.exit_code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so Python's own flush at exit does not complain about the pipe."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _announce(ui: Ui, session: Session, outcome: ExecOutcome) -> None:
@@ -193,13 +226,13 @@ def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str
     with _exit_125_on_error():
         cmd, env = to_command(command), parse_env(env_pairs)
         session = workspace.session(workspace.sandbox(name), policy=policy, secrets=env)
+        output = _Passthrough(session)
         try:
-            outcome = session.exec(cmd, cwd=cwd, env=env, timeout=timeout,
-                                   on_stdout=_sink(sys.stdout), on_stderr=_sink(sys.stderr))
+            outcome = output.run(cmd, timeout, cwd=cwd, env=env)
         finally:
             session.close()
     _announce(ui, session, outcome)
-    return _finish(ui, outcome, timeout)
+    return output.exit_code(ui, outcome, timeout)
 
 
 @click.command(short_help="Run a command in a throw-away sandbox.")
@@ -219,13 +252,13 @@ def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], ti
         session = workspace.session(sandbox, secrets=env)
         try:
             session.record_create()
+            output = _Passthrough(session)
             with _terminate_is_interrupt():
-                outcome = session.exec(cmd, policy="off", cwd=cwd, env=env, timeout=timeout,
-                                       on_stdout=_sink(sys.stdout), on_stderr=_sink(sys.stderr))
+                outcome = output.run(cmd, timeout, policy="off", cwd=cwd, env=env)
         finally:
             with _uninterruptible(), ui.status(f"destroying {sandbox.name}…"):
                 session.destroy()
-    return _finish(ui, outcome, timeout)
+    return output.exit_code(ui, outcome, timeout)
 
 
 @click.command(short_help="Interactive bash inside a sandbox.")
