@@ -224,11 +224,11 @@ class BtrfsStore(Store):
     def ensure(self) -> None:
         if self.root.is_dir() and self.is_mounted():
             return
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.home / "store.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.is_mounted():
-                self.root.mkdir(exist_ok=True)
+                self.root.mkdir(mode=0o700, exist_ok=True)
                 return
             if shutil.which("mkfs.btrfs") is None:
                 raise BackendUnavailable("mkfs.btrfs not found: install btrfs-progs (apt-get install btrfs-progs)")
@@ -239,9 +239,12 @@ class BtrfsStore(Store):
                 _run(["mkfs.btrfs", "-q", "-f", str(staged)], "formatting the btrfs store image")
                 staged.rename(self.image)
             self.mountpoint.mkdir(exist_ok=True)
-            _run(["mount", "-o", "loop,noatime", str(self.image), str(self.mountpoint)],
+            # The layers hold whatever root inside made, setuid-root files and all: nosuid and
+            # nodev, and a root directory only root can enter, keep them from host users.
+            _run(["mount", "-o", "loop,noatime,nosuid,nodev", str(self.image), str(self.mountpoint)],
                  f"mounting {self.image}")
-            self.root.mkdir(exist_ok=True)
+            os.chmod(self.mountpoint, 0o700)
+            self.root.mkdir(mode=0o700, exist_ok=True)
 
     def unmount(self) -> None:
         if self.is_mounted():
@@ -288,7 +291,10 @@ class CopyStore(Store):
         super().__init__(home / "copy-store")
 
     def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        # only root may enter: the layers hold whatever root inside made, setuid-root files too
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.stat(self.root).st_mode & 0o077:
+            os.chmod(self.root, 0o700)
 
     def _make_volume(self, path: Path) -> None:
         path.mkdir()
