@@ -12,6 +12,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.sandbox import SandboxSpec
 from tests.conftest import teardown_backend
-from tests.local.kit import new_sandbox, register_home, sandbox_commands, sh
+from tests.local.kit import new_sandbox, register_home, sandbox_commands, sh, temp_home
 
 # A parent for host paths the sandbox would see if nothing masked them: on the root filesystem
 # (the sandbox's base) and outside every directory masked by default.
@@ -404,6 +405,28 @@ def test_symlinks_planted_inside_do_not_steer_the_host_s_mask_writes(local_backe
     finally:
         shutil.rmtree(victim, ignore_errors=True)
         shutil.rmtree(masked, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kind", ["btrfs", "copy"])
+def test_a_setuid_file_planted_inside_gives_no_host_user_root(kind: str) -> None:
+    """The writable layer lives in the store on the host: a setuid-root file made inside must not
+    be a way to root for an unprivileged host user (the store is unreachable, or mounted nosuid).
+    The home is created by the backend in a world-readable parent, as /var/lib/hermes-sandboxes is."""
+    parent = temp_home(VISIBLE_PARENT)
+    parent.chmod(0o755)
+    backend = LocalBackend(parent / "home", store=kind, image_size="2G")  # type: ignore[arg-type]
+    try:
+        with new_sandbox(backend) as sb:
+            sh(sb, "cp /usr/bin/id /usr/local/bin/suid-id && chmod 4755 /usr/local/bin/suid-id")
+            planted = backend.store.layer(sb.name) / "upper/usr/local/bin/suid-id"
+            assert planted.stat().st_mode & stat.S_ISUID  # there on the host, setuid root
+            # a shell of the unprivileged user runs it (setpriv itself would resolve the path as root)
+            as_nobody = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                                        "sh", "-c", '"$0" -u', str(planted)], capture_output=True, text=True)
+            assert as_nobody.returncode != 0 or as_nobody.stdout.strip() == "65534", as_nobody
+    finally:
+        teardown_backend(backend)
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_a_setuid_binary_gives_no_privilege_back(sandbox: LocalSandbox) -> None:
