@@ -154,8 +154,10 @@ class LocalBackend(Backend):
             store.create_layer(name)
             meta = {"name": name, "ephemeral": ephemeral, "created_at": time.time(), "spec": spec.to_dict(),
                     "backend": self.name}
+            sandbox = LocalSandbox(self, name, meta)
+            sandbox.apply_masks()
             paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
-        return LocalSandbox(self, name, meta)
+        return sandbox
 
     def open(self, name: str, spec: SandboxSpec | None = None) -> LocalSandbox:
         validate_name(name)

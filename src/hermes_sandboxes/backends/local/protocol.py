@@ -12,6 +12,7 @@ through init.
 
 from __future__ import annotations
 
+import array
 import marshal
 import os
 import socket
@@ -25,6 +26,7 @@ VERSION = 2  # recorded with each running init: a client restarts an init that s
 MAX_MESSAGE = 16 * 1024 * 1024
 MAX_FDS = 4
 _HEADER = struct.Struct("!I")
+_FD = array.array("i")
 
 
 class ProtocolError(Exception):
@@ -53,7 +55,14 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
 
 def recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
     """One message and the descriptors that came with it. EOFError when the peer closed."""
-    head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
+    # recvmsg, not socket.recv_fds: in Python 3.11 that ignores its flags, and the descriptors must
+    # arrive close-on-exec or every command the init spawns inherits copies of them
+    head, ancillary, _flags, _addr = sock.recvmsg(
+        _HEADER.size, socket.CMSG_LEN(MAX_FDS * _FD.itemsize), socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % _FD.itemsize])
     if not head:
         for fd in fds:
             os.close(fd)

@@ -133,9 +133,7 @@ class LocalSandbox(Sandbox):
         if not layer.is_dir():
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
         lower = self.spec.base or "/"
-        extra = list(self.spec.masks) + list(self._backend.extra_masks)
-        mask_list = masks.mask_paths(self._backend.home, extra) if self.spec.base is None else extra
-        masks.apply_masks(layer / "upper", Path(lower), mask_list)
+        self.apply_masks()  # again: masks added to the settings since creation take effect now
         groups = self._groups()
         groups.create(self._backend.effective_limits(self.spec.limits))
         self._run.mkdir(parents=True, exist_ok=True)
@@ -167,6 +165,13 @@ class LocalSandbox(Sandbox):
                  "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
         paths.write_json(self._run / "init.json", state, durable=False)  # meaningless after a reboot
         return state
+
+    def apply_masks(self) -> None:
+        """Hide host secrets in the writable layer (idempotent). Done at creation, so that a
+        checkpoint taken before the first command already has them and diffs never show them."""
+        extra = list(self.spec.masks) + list(self._backend.extra_masks)
+        mask_list = masks.mask_paths(self._backend.home, extra) if self.spec.base is None else extra
+        masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.spec.base or "/"), mask_list)
 
     def _groups(self) -> cgroups.SandboxCgroups:
         if self._cgroups is None:

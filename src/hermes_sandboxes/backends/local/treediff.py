@@ -62,14 +62,17 @@ def _scan(root: Path, opaque: set[str]) -> dict[str, _Entry]:
     return entries
 
 
-def _in_base(lower: Path | None, rel: str, opaque: set[str]) -> bool:
-    """Whether the base shows ``rel`` (so a new upper copy of it is a modification)."""
+def _base_entry(lower: Path | None, rel: str, opaque: set[str]) -> os.stat_result | None:
+    """What the base shows at ``rel`` (so a new upper copy of it is a modification), if anything."""
     if lower is None:
-        return False
+        return None
     parts = rel.split("/")
     if any("/".join(parts[:i]) in opaque for i in range(1, len(parts))):
-        return False
-    return os.path.lexists(lower / rel)
+        return None
+    try:
+        return os.lstat(lower / rel)
+    except OSError:
+        return None
 
 
 def _content_differs(old_root: Path, new_root: Path, rel: str, old: _Entry, new: _Entry) -> bool:
@@ -93,27 +96,30 @@ def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None) -> li
     changes: list[FileChange] = []
     for rel in sorted(old.keys() | new.keys()):
         change = _classify("/" + rel, old_root, new_root, rel, old.get(rel), new.get(rel),
-                           functools.partial(_in_base, lower, rel, opaque))
+                           functools.partial(_base_entry, lower, rel, opaque))
         if change is not None:
             changes.append(change)
     return changes
 
 
 def _classify(path: str, old_root: Path, new_root: Path, rel: str, before: _Entry | None,
-              after: _Entry | None, in_base: Callable[[], bool]) -> FileChange | None:
+              after: _Entry | None, in_base: Callable[[], os.stat_result | None]) -> FileChange | None:
     def size(entry: _Entry) -> int | None:
         return None if entry.is_dir or entry.is_whiteout else entry.size
+
 
     gone_before = before is None or before.is_whiteout
     gone_after = after is None or after.is_whiteout
     if before is None and after is not None:  # first change since the checkpoint to a base path?
+        base = in_base()
+        base_size = None if base is None or stat.S_ISDIR(base.st_mode) else base.st_size
         if after.is_whiteout:
-            return FileChange(path, ChangeKind.DELETED, None, None)
-        if not in_base():
+            return FileChange(path, ChangeKind.DELETED, None, base_size)
+        if base is None:
             return FileChange(path, ChangeKind.ADDED, size(after))
         if after.is_dir:
             return None  # copied up only to hold a change below it, which is reported itself
-        return FileChange(path, ChangeKind.MODIFIED, size(after))
+        return FileChange(path, ChangeKind.MODIFIED, size(after), base_size)
     if gone_before and gone_after:
         if before is not None and after is None:  # a whiteout went away: the base file is back
             return FileChange(path, ChangeKind.ADDED, None)
