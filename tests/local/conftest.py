@@ -26,15 +26,34 @@ def sandbox(local_backend: LocalBackend) -> Iterator[LocalSandbox]:
         yield sb
 
 
-@pytest.fixture(scope="session", autouse=True)
-def nothing_left_behind(store_home: Path) -> Iterator[None]:
-    """After every local test (and the session backend's teardown, which runs first): no mount,
-    loop device, cgroup, init process or store home of this run remains."""
-    register_home(store_home, expect_removed=False)  # the session fixture removes it after us
-    yield
-    found = leftovers()
-    for item in found:  # clean up what we can, then fail loudly
+def _kill_leftover_processes(found: list[str]) -> None:
+    for item in found:
         if item.startswith("process "):
             with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(item.split()[1].rstrip(":")), signal.SIGKILL)
+                os.kill(int(item.split()[1].rstrip(":")), signal.SIGKILL)  # an init of this run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(local_backend: LocalBackend) -> Iterator[None]:
+    """After the local tests: none of their sandboxes (cgroups, inits) and none of their own store
+    homes (mounts, loop devices, directories) remain. Runs before the session backend's teardown;
+    pytest_sessionfinish below checks again once that backend is gone too."""
+    register_home(local_backend.home, expect_removed=False)  # tests/conftest.py removes it, later
+    yield
+    found = leftovers(session_store_done=False)
+    _kill_leftover_processes(found)
     assert not found, "the local tests left these behind:\n" + "\n".join(found)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The last word, after every fixture's teardown: the session store is unmounted and removed
+    too. Leftovers make the run fail."""
+    if not any(item.nodeid.startswith("tests/local/") for item in session.items):
+        return
+    found = leftovers(session_store_done=True)
+    if found:
+        _kill_leftover_processes(found)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("tests/local left these behind:\n  " + "\n  ".join(found), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

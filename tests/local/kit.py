@@ -166,23 +166,25 @@ def _our_cgroups() -> list[str]:
     return found
 
 
-def _mentions_our_homes(text: str) -> bool:
-    return any(str(home) in text for home in _HOMES)
+def leftovers(*, session_store_done: bool) -> list[str]:
+    """Mounts, loop devices, cgroups, init processes and home directories this run left behind.
 
-
-def leftovers() -> list[str]:
-    """Mounts, loop devices, cgroups, processes and home directories this run left behind."""
+    Until the session backend (tests/conftest.py) is torn down, its store stays mounted and other
+    test directories' sandboxes may run in it: only this run's own sandboxes and homes count then.
+    """
+    homes = [str(h) for h, removable in _HOMES.items() if removable or session_store_done]
+    marks = [*homes, f"/{RUN_PREFIX}-"]  # an init's command line names its run dir: .../run/<name>/
     found = [f"cgroup {path}" for path in _our_cgroups()]
     with open("/proc/self/mountinfo") as f:
-        found += [f"mount {line.split()[4]}" for line in f if _mentions_our_homes(line.split()[4])]
+        found += [f"mount {line.split()[4]}" for line in f if any(h in line.split()[4] for h in homes)]
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    found += [f"loop device {line}" for line in loops.splitlines() if _mentions_our_homes(line)]
+    found += [f"loop device {line}" for line in loops.splitlines() if any(h in line for h in homes)]
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if int(proc.name) != os.getpid() and _mentions_our_homes(cmdline):
+        if int(proc.name) != os.getpid() and any(m in cmdline for m in marks):
             found.append(f"process {proc.name}: {cmdline.strip()}")
-    found += [f"directory {home}" for home, gone in _HOMES.items() if gone and home.exists()]
+    found += [f"directory {h}" for h in homes if Path(h).exists()]
     return found
