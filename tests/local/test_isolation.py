@@ -209,8 +209,6 @@ def test_the_host_environment_does_not_reach_the_sandbox(world: World) -> None:
     assert world.sb.exec("cat /proc/1/environ").stdout.count(world.secret_value) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="known bug in init.py: descriptors received by SCM_RIGHTS are "
-                   "inheritable, so posix_spawn leaks them into the command as fds 10-12")
 def test_commands_inherit_no_descriptor_of_the_init(world: World) -> None:
     fds = sh(world.sb, "ls /proc/self/fd").stdout.split()
     assert sorted(fds, key=int) == ["0", "1", "2", "3"]  # 3 is ls's own directory handle
