@@ -482,7 +482,6 @@ def test_checkpoint_diff_summarises_by_directory_and_lists_files_with_full(home:
 
 
 def test_checkpoint_diff_compares_two_checkpoints(home: Path, box: LocalSandbox) -> None:
-    ok(home, "exec", box.name, "--", "true")  # started: see the xfail test below for why
     first = ok(home, "checkpoint", "create", box.name).stdout.strip()
     ok(home, "exec", box.name, "--", "echo x > /root/new")
     second = ok(home, "checkpoint", "create", box.name).stdout.strip()
@@ -492,10 +491,6 @@ def test_checkpoint_diff_compares_two_checkpoints(home: Path, box: LocalSandbox)
     assert "no changes" in ok(home, "checkpoint", "diff", box.name, second, second).stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "backend bug: masks.apply_masks writes the scrubbed /etc/shadow and /etc/gshadow into the writable "
-    "layer when the init first starts, so a diff from a checkpoint taken before the first command lists "
-    "them as modified, and a restore preview blames the user for them"))
 def test_a_diff_from_a_checkpoint_taken_before_any_command_shows_only_the_commands_changes(
         home: Path, box: LocalSandbox) -> None:
     taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
@@ -504,9 +499,6 @@ def test_a_diff_from_a_checkpoint_taken_before_any_command_shows_only_the_comman
     assert [c["path"] for c in data["changes"]] == ["/root/new"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "backend gap: treediff reports a deleted file that came from the base (lower) layer with "
-    "old_size None, so summaries count deleting /usr/bin/git as 0 bytes"))
 def test_a_diff_gives_the_size_of_a_deleted_base_file(home: Path, box: LocalSandbox) -> None:
     ok(home, "exec", box.name, "--", "true")
     taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
