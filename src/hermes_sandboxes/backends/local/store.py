@@ -52,7 +52,21 @@ def _run(argv: list[str], what: str) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SandboxError(f"{what} failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
+        last = detail[-1] if detail else f"exit {proc.returncode}"
+        if len(last) > 400:  # e.g. a path thousands of directories deep
+            last = f"{last[:150]} ... {last[-150:]}"
+        raise SandboxError(f"{what} failed: {last}")
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything under it, never following symlinks.
+
+    A layer holds whatever root inside made, including directories nested thousands deep:
+    shutil.rmtree recurses once per level and dies of RecursionError there (Python 3.11), which
+    left such a sandbox impossible to destroy. rm walks by file descriptor, at any depth.
+    """
+    if os.path.lexists(path):
+        _run(["rm", "-rf", "--", str(path)], f"removing {path}")
 
 
 def tree_bytes(path: Path) -> int:
@@ -133,7 +147,8 @@ class Store(ABC):
                 self._remove_volume(child)
             elif child.exists():
                 child.unlink()
-        shutil.rmtree(base, ignore_errors=True)
+        with contextlib.suppress(SandboxError):
+            remove_tree(base)
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
         # staged beside its final name: btrfs refuses to move a read-only subvolume to another
@@ -191,7 +206,7 @@ class Store(ABC):
     def _clear(directory: Path) -> None:
         for entry in directory.iterdir():
             if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
+                remove_tree(entry)
             else:
                 entry.unlink()
 
@@ -274,7 +289,7 @@ class BtrfsStore(Store):
         if os.stat(path).st_ino == _BTRFS_FIRST_FREE_OBJECTID:
             self._ioctl(path.parent, _SNAP_DESTROY, _vol_args(path.name))
         else:
-            shutil.rmtree(path)
+            remove_tree(path)
 
 
 class CopyStore(Store):
@@ -306,10 +321,7 @@ class CopyStore(Store):
              f"copying {source.name}")
 
     def _remove_volume(self, path: Path) -> None:
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+        remove_tree(path)
 
 
 def _parse_size(text: str) -> int:
