@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.errors import CheckpointNotFound, ExecFailed
+from hermes_sandboxes.errors import CheckpointNotFound, ExecFailed, SandboxError
 from hermes_sandboxes.sandbox import ChangeKind, FileChange
 from tests.local.kit import (
     init_state,
@@ -219,3 +219,35 @@ def test_diff_reports_added_modified_and_deleted_files_with_sizes(sb: LocalSandb
     reverse = _changes(sb.diff(ck1.id, ck0.id))
     assert ("/root/d/added", "deleted", None, 4) in reverse
     assert ("/etc/issue", "added", None, None) in reverse  # the whiteout went: the base file is back
+
+
+DEEP = """
+import os
+os.chdir("/root")
+for _ in range(2500):  # far deeper than PATH_MAX allows as one path, and than Python recursion
+    os.mkdir("d")
+    os.chdir("d")
+open("bottom", "w").write("deep")
+"""
+
+
+def test_a_tree_deeper_than_any_path_limit_cannot_break_the_store(sb: LocalSandbox,
+                                                                   store_backend: LocalBackend) -> None:
+    """What root inside builds, the host must be able to checkpoint, restore or at least destroy."""
+    sh(sb, f"python3 -c '{DEEP}'")
+    try:
+        ck = sb.checkpoint("deep")
+    except SandboxError as exc:  # a full copy may refuse such a tree: then cleanly
+        assert store_backend.store.kind == "copy", exc
+        assert len(str(exc)) < 1000  # says what failed without a page of d/d/d/...
+        assert sb.checkpoints() == []
+        assert sh(sb, "echo still usable; rm -rf /root/d").stdout == "still usable\n"
+    else:
+        sh(sb, "rm -rf /root/d")
+        sb.restore(ck.id)
+        assert sh(sb, "find /root/d -name bottom | wc -l").stdout.strip() == "1"
+    sh(sb, "echo shallow > /root/shallow")
+    assert sb.checkpoint("after").comment == "after"  # what the failure left is cleared away
+    name = sb.name
+    sb.destroy()
+    assert not store_backend.store.sandbox_dir(name).exists()
