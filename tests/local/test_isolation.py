@@ -24,7 +24,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.sandbox import SandboxSpec
 from tests.conftest import teardown_backend
-from tests.local.kit import new_sandbox, register_home, sandbox_commands, sh, temp_home
+from tests.local.kit import init_state, new_sandbox, pid_alive, register_home, sandbox_commands, sh, temp_home
 
 # A parent for host paths the sandbox would see if nothing masked them: on the root filesystem
 # (the sandbox's base) and outside every directory masked by default.
@@ -449,6 +449,37 @@ def test_shared_memory_and_ipc_of_the_host_are_invisible(world: World) -> None:
     finally:
         host_file.unlink()
         libc.shmctl(segment, ipc_rmid, None)
+
+
+def test_signals_from_inside_reach_neither_the_init_nor_the_host(sandbox: LocalSandbox) -> None:
+    host_sleep = subprocess.Popen(["sleep", "600"])
+    try:
+        sh(sandbox, "nohup sleep 7801 >/dev/null 2>&1 &")
+        init = init_state(sandbox)["pid"]
+        assert sandbox.exec("kill -KILL 1; kill -TERM 1; echo sent").stdout == "sent\n"
+        # kill(-1): every process it may signal but itself (and the namespace's init)
+        assert sandbox.exec("kill -KILL -1; echo survived").stdout == "survived\n"
+        assert pid_alive(init) and init_state(sandbox)["pid"] == init
+        assert "sleep 7801" not in " ".join(sandbox_commands(sandbox))
+        assert host_sleep.poll() is None
+        assert sandbox.exec(f"kill -KILL {host_sleep.pid}").exit_code != 0 or host_sleep.poll() is None
+        assert host_sleep.poll() is None
+    finally:
+        host_sleep.kill()
+        host_sleep.wait()
+
+
+def test_host_users_cannot_reach_a_sandbox_s_control_socket(world: World) -> None:
+    sockets = [p for p in (world.backend.home / "s").iterdir() if stat.S_ISSOCK(p.lstat().st_mode)]
+    assert sockets
+    assert stat.S_IMODE((world.backend.home / "s").stat().st_mode) & 0o077 == 0
+    for path in sockets:
+        assert stat.S_IMODE(path.lstat().st_mode) & 0o077 == 0
+        probe = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c",
+             "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])", str(path)],
+            capture_output=True, text=True)
+        assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe
 
 
 # what root inside can do, and what that changes on the host (nothing) ------------------------------
