@@ -204,6 +204,8 @@ def test_the_host_environment_does_not_reach_the_sandbox(world: World) -> None:
     assert world.secret_value not in env
     assert "HSL_TEST_SECRET" not in env
     assert "HERMES_HOME" not in env
+    init_environ = Path(f"/proc/{init_state(world.sb)['pid']}/environ").read_bytes()  # seen from the host
+    assert world.secret_value.encode() not in init_environ and b"HERMES_HOME" not in init_environ
     every_environ = world.sb.exec("cat /proc/[0-9]*/environ").stdout  # /proc/1 is unreadable
     assert world.secret_value not in every_environ
     assert world.sb.exec("cat /proc/1/environ").stdout.count(world.secret_value) == 0
@@ -272,6 +274,9 @@ def test_proc_sys_cannot_be_remounted_writable_or_written(world: World) -> None:
     assert len(codes) == 5 and "rc=0" not in codes, result.stdout + result.stderr
     assert {k: Path(f"/proc/sys/kernel/{k}").read_text() for k in knobs} == before
     assert "|/root/evil" not in sh(world.sb, "cat /proc/sys/kernel/core_pattern").stdout
+    lines = sh(world.sb, "cat /proc/mounts").stdout.splitlines()
+    mounts = {line.split()[1]: line.split()[3].split(",") for line in lines}
+    assert "ro" in mounts["/proc/sys"] and "ro" in mounts["/sys"]
     # kernel knobs and leaks under /proc are masked by /dev/null (never write to them here: where a
     # mask were missing, that would act on the host)
     masked = [f"/proc/{n}" for n in ("kcore", "keys", "timer_list", "sysrq-trigger") if Path(f"/proc/{n}").exists()]
