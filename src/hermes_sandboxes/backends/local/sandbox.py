@@ -214,13 +214,23 @@ class LocalSandbox(Sandbox):
     def _request(command: Command, cwd: str | None, env: Mapping[str, str] | None, name: str) -> dict[str, Any]:
         if isinstance(command, str):
             request: dict[str, Any] = {"shell": command}
+            _refuse_nul("command", command)
         else:
             argv = [str(a) for a in command]
             if not argv:
                 raise InvalidInput("empty command: give a program to run")
+            for arg in argv:
+                _refuse_nul("command argument", arg)
             request = {"argv": argv}
         if cwd is not None and not cwd.startswith("/"):
             raise InvalidInput(f"working directory must be absolute, got {cwd!r}")
+        if cwd is not None:
+            _refuse_nul("working directory", cwd)
+        for key, value in (env or {}).items():
+            # what the kernel cannot pass to a program: refused here, before the init sees it
+            if not key or "=" in key or "\0" in key:
+                raise InvalidInput(f"invalid environment variable name {key!r}")
+            _refuse_nul(f"environment variable {key}", str(value))
         request["cwd"] = cwd
         request["env"] = {**BASE_ENV, "HOSTNAME": name, **(env or {})}
         return request
@@ -375,6 +385,11 @@ class LocalSandbox(Sandbox):
             _rmtree(self._run)
             self._socket.unlink(missing_ok=True)
             _rmtree(self._meta_file.parent)
+
+
+def _refuse_nul(what: str, text: str) -> None:
+    if "\0" in text:
+        raise InvalidInput(f"{what} contains a NUL byte, which no program can receive: {text[:40]!r}")
 
 
 def _checkpoint_from(record: Mapping[str, Any]) -> Checkpoint:
