@@ -17,7 +17,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import SandboxSpec
-from tests.local.kit import cgroup_dir, new_sandbox, sandbox_commands, sh, wait_for
+from tests.local.kit import cgroup_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +188,25 @@ def test_many_commands_leave_no_cgroup_or_descriptor_behind(local_backend: Local
         fresh.exec("sleep 7300", timeout=0.2)
         wait_for(lambda: not [p for p in freezer.iterdir() if p.is_dir()], "the per-command groups to go")
         assert len(os.listdir("/proc/self/fd")) <= fds_before + 2
+
+
+@pytest.mark.parametrize("bad", [
+    {"env": {"BAD=KEY": "x"}}, {"env": {"": "x"}}, {"env": {"KEY": "nul\0inside"}},
+    {"command": ["echo", "nul\0inside"]}, {"command": "echo nul\0inside"}, {"cwd": "/tmp\0x"},
+], ids=["env-key-with-equals", "empty-env-key", "nul-in-env", "nul-in-argv", "nul-in-shell", "nul-in-cwd"])
+def test_a_malformed_command_is_refused_and_harms_nothing_running(sb: LocalSandbox, bad: dict[str, object]) -> None:
+    sh(sb, "nohup sleep 7901 >/dev/null 2>&1 &")
+    init = init_state(sb)["pid"]
+    command = bad.get("command", "true")
+    with pytest.raises(InvalidInput):
+        sb.exec(command, env=bad.get("env"), cwd=bad.get("cwd"))  # type: ignore[arg-type]
+    assert pid_alive(init) and init_state(sb)["pid"] == init
+    assert "sleep 7901" in sandbox_commands(sb)
+    sh(sb, "pkill -f 'sleep 7901'")
+
+
+def test_a_missing_or_unusable_working_directory_fails_the_command_only(sb: LocalSandbox) -> None:
+    missing = sb.exec("true", cwd="/nonexistent")
+    assert missing.exit_code != 0 and "/nonexistent" in missing.stderr
+    assert sb.exec("true", cwd="/etc/passwd").exit_code != 0
+    assert sh(sb, "pwd", cwd="/usr").stdout == "/usr\n"
