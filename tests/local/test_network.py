@@ -162,9 +162,6 @@ print("raw packet socket opened")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open issue (init.py keeps CAP_NET_RAW in host mode): root inside can "
-                                       "open AF_PACKET sockets on the host's interfaces and read other "
-                                       "processes' loopback traffic")
 def test_host_mode_cannot_sniff_the_host_s_traffic(by_mode: dict[str, LocalSandbox]) -> None:
     result = by_mode["host"].exec(["python3", "-c", SNIFF])
     assert result.exit_code != 0 and "PermissionError" in result.stderr, result.stdout

@@ -209,3 +209,27 @@ def test_a_missing_or_unusable_working_directory_fails_the_command_only(sb: Loca
     assert missing.exit_code != 0 and "/nonexistent" in missing.stderr
     assert sb.exec("true", cwd="/etc/passwd").exit_code != 0
     assert sh(sb, "pwd", cwd="/usr").stdout == "/usr\n"
+
+
+def test_a_malformed_request_fails_alone_and_the_init_lives_on(sandbox: LocalSandbox) -> None:
+    # Bypass the host-side checks of LocalSandbox and speak to the init directly, as a buggy or
+    # older client could: the request is refused and a daemon started before it survives.
+    from hermes_sandboxes.backends.local import client, protocol
+
+    sandbox.exec("sleep 600 >/dev/null 2>&1 &")
+    before = sandbox.exec("pgrep -x sleep").stdout.split()
+    with client.connect(str(sandbox._socket)) as sock:
+        r, w = os.pipe()
+        protocol.send(sock, {"op": "exec", "id": "bad1", "argv": ["true"], "env": {"A=B": "x"}}, [r, w, w])
+        os.close(r)
+        os.close(w)
+        reply, _ = protocol.recv(sock)
+    assert "error" in reply
+    assert sandbox.exec("pgrep -x sleep").stdout.split() == before
+
+
+def test_a_program_that_is_not_executable_exits_126(sandbox: LocalSandbox) -> None:
+    sandbox.write_file("/root/tool", b"#!/bin/sh\necho hi\n", mode=0o644)
+    result = sandbox.exec(["/root/tool"])
+    assert result.exit_code == 126 and "Permission denied" in result.stderr
+    assert sandbox.exec(["no-such-program-here"]).exit_code == 127

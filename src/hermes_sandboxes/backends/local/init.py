@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # command can regain it, setuid binaries included (no_new_privs is set as well).
 KEPT_CAPABILITIES = frozenset({0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31})
 _CAP_SETPCAP = 8
+_CAP_NET_RAW = 13
 _EXEC_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -47,11 +48,14 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
 
 
-def _drop_privileges() -> None:
+def _drop_privileges(host_network: bool) -> None:
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last = int(f.read())
+    # With the host's network, raw sockets would let root inside read the host's traffic
+    # (loopback tokens of other programs included): drop CAP_NET_RAW there too.
+    kept = KEPT_CAPABILITIES - {_CAP_NET_RAW} if host_network else KEPT_CAPABILITIES
     for cap in range(last + 1):
-        if cap not in KEPT_CAPABILITIES and cap != _CAP_SETPCAP:
+        if cap not in kept and cap != _CAP_SETPCAP:
             sc.prctl(sc.PR_CAPBSET_DROP, cap)
     sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
 
@@ -88,7 +92,10 @@ class Init:
         self.sel.register(wake_r, selectors.EVENT_READ, self._reap)
         while True:
             for key, _ in self.sel.select():
-                key.data(key.fileobj)
+                try:
+                    key.data(key.fileobj)
+                except Exception as exc:  # the init outlives any request: everything depends on it
+                    sys.stderr.write(f"hermes-sandboxes init: {type(exc).__name__}: {exc}\n")
 
     def _accept(self, listener: socket.socket) -> None:
         conn, _ = listener.accept()
@@ -118,7 +125,7 @@ class Init:
                 return
             else:
                 protocol.send(conn, {"error": f"unknown operation {op!r}"})
-        except OSError as exc:
+        except Exception as exc:  # a malformed request fails alone; the init and its processes live on
             _send_quietly(conn, {"error": f"cannot start the command: {exc}"})
         finally:
             for fd in fds:
@@ -141,6 +148,9 @@ class Init:
         try:
             builtin = message.get("builtin")
             pid = _fork_builtin(str(builtin), message, fds) if builtin else _spawn_command(message, fds)
+        except BaseException:
+            self.idle_groups.add(group)  # removed with the other empty groups
+            raise
         finally:
             os.write(self.home_procs, b"0")
         self.children[pid] = (conn, group)
@@ -181,15 +191,19 @@ _DEFAULT_SIGNALS = {signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTER
                     signal.SIGQUIT, signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 
 
-def _resolve(program: str, env: dict[str, str]) -> str | None:
-    """The command's PATH lookup, done with the command's PATH (posix_spawnp would use ours)."""
-    if "/" in program:
-        return program if os.access(program, os.X_OK) else None
-    for directory in env.get("PATH", "/usr/bin:/bin").split(":"):
-        candidate = os.path.join(directory or ".", program)
-        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-            return candidate
-    return None
+def _resolve(program: str, env: dict[str, str]) -> tuple[str | None, int]:
+    """The command's PATH lookup, done with the command's PATH (posix_spawnp would use ours), as a
+    shell does it: the first executable match, else 126 if only non-executable files matched,
+    else 127."""
+    candidates = [program] if "/" in program else [
+        os.path.join(directory or ".", program) for directory in env.get("PATH", "/usr/bin:/bin").split(":")]
+    found = False
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate, 0
+            found = True
+    return None, 126 if found else 127
 
 
 def _fail(fds: list[int], message: str, code: int) -> int:
@@ -209,15 +223,17 @@ def _spawn_command(message: dict[str, Any], fds: list[int]) -> int:
         argv = ["/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh", "-c", str(shell)]
     else:
         argv = [str(a) for a in message.get("argv") or []]
+    if not argv:
+        return _fail(fds, "hermes-sandboxes: empty command", 127)
     cwd = str(message.get("cwd") or "/root")
     try:
         os.chdir(cwd)  # posix_spawn has no chdir here: the child inherits ours, restored below
     except OSError as exc:
         return _fail(fds, f"hermes-sandboxes: cannot use {cwd} as working directory: {exc.strerror}", 1)
     try:
-        path = _resolve(argv[0], env)
+        path, code = _resolve(argv[0], env)
         if path is None:
-            return _fail(fds, f"{argv[0]}: command not found", 127)
+            return _fail(fds, f"{argv[0]}: {'Permission denied' if code == 126 else 'command not found'}", code)
         # posix_spawn (vfork + exec) costs a fraction of os.fork() of this Python process.
         return os.posix_spawn(
             path, argv, env,
@@ -259,7 +275,7 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"])
     if cfg["network"] == "loopback":
         _loopback_up()
-    _drop_privileges()
+    _drop_privileges(cfg["network"] == "host")
     sc.prctl(sc.PR_SET_DUMPABLE, 0)  # /proc/1 stays out of reach of root inside (no ptrace, no fd links)
     os.write(ready_w, b"ok")
     os.close(ready_w)

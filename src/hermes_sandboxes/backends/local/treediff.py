@@ -122,7 +122,9 @@ def _classify(path: str, old_root: Path, new_root: Path, rel: str, before: _Entr
         return FileChange(path, ChangeKind.MODIFIED, size(after), base_size)
     if gone_before and gone_after:
         if before is not None and after is None:  # a whiteout went away: the base file is back
-            return FileChange(path, ChangeKind.ADDED, None)
+            base = in_base()
+            return FileChange(path, ChangeKind.ADDED,
+                              None if base is None or stat.S_ISDIR(base.st_mode) else base.st_size)
         return None
     if gone_before:
         assert after is not None
