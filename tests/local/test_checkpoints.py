@@ -218,7 +218,7 @@ def test_diff_reports_added_modified_and_deleted_files_with_sizes(sb: LocalSandb
     assert sb.diff(ck1.id) == []
     reverse = _changes(sb.diff(ck1.id, ck0.id))
     assert ("/root/d/added", "deleted", None, 4) in reverse
-    assert ("/etc/issue", "added", None, None) in reverse  # the whiteout went: the base file is back
+    assert ("/etc/issue", "added", issue_size, None) in reverse  # the whiteout went: the base file is back
 
 
 DEEP = """

@@ -131,7 +131,13 @@ def _classify(path: str, old_root: Path, new_root: Path, rel: str, before: _Entr
         return FileChange(path, ChangeKind.ADDED, size(after))
     assert before is not None
     if gone_after:
-        return FileChange(path, ChangeKind.DELETED, None, size(before))
+        base = in_base() if after is None else None  # dropped from the layer: the base shows again
+        if base is None:
+            return FileChange(path, ChangeKind.DELETED, None, size(before))
+        if before.is_dir and stat.S_ISDIR(base.st_mode):
+            return None  # a copied-up directory went away; what changed below is reported itself
+        return FileChange(path, ChangeKind.MODIFIED, None if stat.S_ISDIR(base.st_mode) else base.st_size,
+                          size(before))
     assert after is not None
     if _content_differs(old_root, new_root, rel, before, after):
         return FileChange(path, ChangeKind.MODIFIED, size(after), size(before))
