@@ -347,7 +347,7 @@ def test_ctrl_c_during_exec_kills_the_command_inside(home: Path, box: LocalSandb
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.decode().strip().endswith("error: interrupted")
+    assert proc.returncode == 130 and err.decode().strip().endswith("error: interrupted"), err.decode()
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
 
 
@@ -401,8 +401,8 @@ def test_run_destroys_its_sandbox_when_interrupted(home: Path, sig: signal.Signa
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(sig)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
     assert state(home) == before
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -243,6 +245,25 @@ def _secret_values(env: Mapping[str, str]) -> dict[str, str]:
             if len(v) >= 8 or (len(v) >= 4 and _SECRET_NAME.search(k))}
 
 
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside the block take effect just after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: installed outside Python, cannot be put back
+                signal.signal(sig, handler)
+        for signum in pending:
+            signal.raise_signal(signum)  # now the usual handler runs (KeyboardInterrupt for Ctrl-C)
+
+
 class _ProcessTracker(Sandbox):
     """Delegates to a sandbox and remembers the commands it starts, so the CLI can kill them.
 
@@ -272,10 +293,11 @@ class _ProcessTracker(Sandbox):
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: bytes | None = None, on_stdout: OutputSink | None = None,
               on_stderr: OutputSink | None = None) -> Process:
-        proc = self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout,
-                                 on_stderr=on_stderr)
-        self._running = [p for p in self._running if p.returncode is None]
-        self._running.append(proc)
+        with _interrupts_deferred():  # a Ctrl-C before the append would leave the command running
+            proc = self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout,
+                                     on_stderr=on_stderr)
+            self._running = [p for p in self._running if p.returncode is None]
+            self._running.append(proc)
         return proc
 
     def read_file(self, path: str) -> bytes:
