@@ -23,6 +23,7 @@ from hermes_sandboxes.settings import parse_size
 
 EXIT_SANDBOX_FAILED = 125  # as `docker run`: the sandbox failed, not the command
 EXIT_CANCELLED = 1
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a pipeline member SIGPIPE killed
 
 # -- shared options ----------------------------------------------------------------------------
 
@@ -80,9 +81,6 @@ def to_command(args: tuple[str, ...]) -> Command:
     if not args:
         raise InvalidInput("no command given: put it after --, e.g. exec box -- ls -la")
     return args[0] if len(args) == 1 else list(args)
-
-
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 class _Passthrough:

@@ -129,10 +129,6 @@ class Session:
     def name(self) -> str:
         return self.sandbox.name
 
-    @property
-    def has_story(self) -> bool:
-        return self.recorded is not None
-
     def close(self) -> None:
         if self.recorded is not None:
             self.recorded.journal.close()
