@@ -241,7 +241,11 @@ class Sandbox(ABC):
             command, cwd=cwd, env=env, stdin=stdin,
             on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr),
         )
-        code = proc.wait(timeout)
+        try:
+            code = proc.wait(timeout)
+        except BaseException:  # Ctrl-C or a lost sandbox: never leave the command running inside
+            proc.kill()
+            raise
         timed_out = code is None
         if timed_out:
             proc.kill()

@@ -233,3 +233,28 @@ def test_a_program_that_is_not_executable_exits_126(sandbox: LocalSandbox) -> No
     result = sandbox.exec(["/root/tool"])
     assert result.exit_code == 126 and "Permission denied" in result.stderr
     assert sandbox.exec(["no-such-program-here"]).exit_code == 127
+
+
+def test_a_kill_from_inside_an_output_sink_kills_at_once(sandbox: LocalSandbox) -> None:
+    holder: dict[str, object] = {}
+
+    def sink(chunk: bytes) -> None:
+        if "killed" not in holder:
+            holder["killed"] = True
+            holder["proc"].kill()  # type: ignore[attr-defined]
+
+    proc = sandbox.start("echo start; sleep 100", on_stdout=sink)
+    holder["proc"] = proc
+    assert proc.wait(60) == 137  # killed, well before the sleep (and not after a 10 s stall)
+    assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
+
+
+def test_an_interrupted_exec_leaves_no_command_running(sandbox: LocalSandbox) -> None:
+    import signal
+
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.exec("sleep 100")
+    timer.join()
+    assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"

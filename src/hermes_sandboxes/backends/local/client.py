@@ -72,6 +72,7 @@ class LocalProcess(Process):
         self._started = threading.Event()
         self._done = threading.Event()
         self._pump_lock = threading.Lock()
+        self._pumping: int | None = None  # the thread pumping now, if any
         self.pid: int | None = None
         self.exec_id = secrets.token_hex(8)
         self._group = freezer / f"x{self.exec_id}"
@@ -121,17 +122,24 @@ class LocalProcess(Process):
     def _pump(self, deadline: float | None = None) -> None:
         """Move output and messages until the command is done (or ``deadline`` passes)."""
         with self._pump_lock:
-            while not self._done.is_set():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return
-                for key, _ in self._sel.select(remaining):
-                    if key.fileobj is self._sock:
-                        self._on_message()
-                    elif not self._emit(key.fd):
-                        self._sel.unregister(key.fd)
-                if self._returncode is not None or self._error is not None:
-                    self._finish()
+            self._pumping = threading.get_ident()
+            try:
+                self._pump_locked(deadline)
+            finally:
+                self._pumping = None
+
+    def _pump_locked(self, deadline: float | None) -> None:
+        while not self._done.is_set():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            for key, _ in self._sel.select(remaining):
+                if key.fileobj is self._sock:
+                    self._on_message()
+                elif not self._emit(key.fd):
+                    self._sel.unregister(key.fd)
+            if self._returncode is not None or self._error is not None:
+                self._finish()
 
     def _finish(self) -> None:
         # The command has exited, so what it wrote is already in the pipes. Drain without waiting
@@ -179,9 +187,30 @@ class LocalProcess(Process):
         if self._done.is_set():
             return
         # the group exists (and holds the command) once init has answered "started"
-        if not self._started.wait(10):
+        if not self._await_started(10.0) or self._done.is_set():
             return
         cgroups.kill_group(self._group)
+
+    def _await_started(self, timeout: float) -> bool:
+        """Wait for init's "started" answer, reading it ourselves when nobody else is pumping or
+        when we are called from a sink, i.e. from inside the pump (where waiting would deadlock);
+        otherwise the thread that pumps reads it."""
+        if self._started.is_set():
+            return True
+        inside_pump = self._pumping == threading.get_ident()
+        if inside_pump or self._pump_lock.acquire(blocking=False):
+            try:
+                self._sock.settimeout(timeout)
+                while not (self._started.is_set() or self._done.is_set() or self._error is not None):
+                    self._on_message()  # "started" is always init's first message
+            except OSError:
+                pass
+            finally:
+                if not self._done.is_set():
+                    self._sock.settimeout(None)
+                if not inside_pump:
+                    self._pump_lock.release()
+        return self._started.wait(timeout)
 
 
 def _feed(fd: int, data: bytes) -> None:
