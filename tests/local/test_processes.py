@@ -258,3 +258,18 @@ def test_an_interrupted_exec_leaves_no_command_running(sandbox: LocalSandbox) ->
         sandbox.exec("sleep 100")
     timer.join()
     assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
+
+
+def test_attach_runs_a_command_on_the_callers_own_descriptors(sandbox: LocalSandbox) -> None:
+    out_r, out_w = os.pipe()
+    in_r, in_w = os.pipe()
+    os.write(in_w, b"from the caller\n")
+    os.close(in_w)
+    try:
+        proc = sandbox.attach("cat; echo done >&2; exit 4", (in_r, out_w, out_w))
+        os.close(out_w)
+        assert proc.wait(30) == 4
+        assert os.read(out_r, 1000) == b"from the caller\ndone\n"
+    finally:
+        os.close(in_r)
+        os.close(out_r)

@@ -65,6 +65,7 @@ class LocalProcess(Process):
         on_stdout: OutputSink | None,
         on_stderr: OutputSink | None,
         background: bool = True,
+        attach: tuple[int, int, int] | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._returncode: int | None = None
@@ -76,21 +77,26 @@ class LocalProcess(Process):
         self.pid: int | None = None
         self.exec_id = secrets.token_hex(8)
         self._group = freezer / f"x{self.exec_id}"
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1)
+        if attach is not None:  # the caller's own descriptors (a terminal, say): no pipes of ours
+            theirs, ours, in_w = list(attach), {}, -1
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1)
+            theirs, ours = [in_r, out_w, err_w], {out_r: on_stdout, err_r: on_stderr}
         try:
             self._sock = connect(socket_path)
-            protocol.send(self._sock, {**request, "op": "exec", "id": self.exec_id}, [in_r, out_w, err_w])
+            protocol.send(self._sock, {**request, "op": "exec", "id": self.exec_id}, theirs)
         except OSError as exc:
-            for fd in (out_r, err_r, in_w):
+            for fd in [*ours, in_w]:
                 if fd >= 0:
                     os.close(fd)
             raise ExecFailed(f"sandbox {sandbox}: lost contact with its init ({exc}); try again") from exc
         finally:
-            for fd in (in_r, out_w, err_w):
-                os.close(fd)
-        self._sinks: dict[int, OutputSink | None] = {out_r: on_stdout, err_r: on_stderr}
+            if attach is None:
+                for fd in theirs:
+                    os.close(fd)
+        self._sinks: dict[int, OutputSink | None] = ours
         self._sel = selectors.DefaultSelector()
         for fd in self._sinks:
             os.set_blocking(fd, False)

@@ -261,13 +261,22 @@ class LocalSandbox(Sandbox):
         request = self._request(command, cwd, env, self.name)
         return self._launch(request, stdin, on_stdout, on_stderr, background=False)
 
+    def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
+               env: Mapping[str, str] | None = None) -> client.LocalProcess:
+        """Run ``command`` on the caller's own stdin, stdout and stderr descriptors (e.g. the slave
+        side of a pseudo-terminal for an interactive shell). Output goes straight there, so the
+        process has no sinks; ``wait()`` and ``kill()`` work as for ``start()``."""
+        request = self._request(command, cwd, env, self.name)
+        return self._launch(request, None, None, None, background=False, attach=fds)
+
     def _launch(self, request: dict[str, Any], stdin: bytes | None, on_stdout: OutputSink | None,
-                on_stderr: OutputSink | None, *, background: bool) -> client.LocalProcess:
+                on_stderr: OutputSink | None, *, background: bool,
+                attach: tuple[int, int, int] | None = None) -> client.LocalProcess:
         self._check_exists()
         sock, freezer = self._ensure_running()
         return client.LocalProcess(sandbox=self.name, socket_path=sock, freezer=freezer, request=request,
                                    stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
-                                   background=background)
+                                   background=background, attach=attach)
 
     def _file_op(self, op: str, path: str, data: bytes | None = None, mode: int = 0o644) -> bytes:
         if not path.startswith("/"):
