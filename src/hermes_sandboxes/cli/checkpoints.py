@@ -1,7 +1,7 @@
 """Checkpoint commands (create, list, show, diff, restore, rm) and ``log``, the audit trail.
 
 The story columns (trigger, commands since the previous checkpoint) come from the recorder's
-journal; without the recorder they read ``-``.
+journal; they read ``-`` for a checkpoint it has no record of.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hermes_sandboxes.cli.output import (
     one_line,
     signed_size,
 )
-from hermes_sandboxes.cli.session import Preview, Session, Workspace
+from hermes_sandboxes.cli.session import Session, Workspace
 from hermes_sandboxes.diffsummary import DEFAULT_MAX_ROWS, DiffSummary, full_listing, summarize
 from hermes_sandboxes.errors import SandboxNotFound
 from hermes_sandboxes.identity import validate_name
@@ -36,6 +36,7 @@ from hermes_sandboxes.journal import (
     Record,
     RestoreRecord,
 )
+from hermes_sandboxes.recorder import RestorePreview
 from hermes_sandboxes.sandbox import ChangeKind, Checkpoint, FileChange
 
 EXIT_CANCELLED = 1
@@ -111,7 +112,7 @@ def _commands_count(c: Checkpoint) -> str:
 def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, as_json: bool) -> None:
     """Everything known about one checkpoint: when, why, and what ran before it."""
     ui = Ui()
-    c = _session(workspace, name).get_checkpoint(checkpoint_id)
+    c = _session(workspace, name).recorded.get_checkpoint(checkpoint_id)
     if as_json:
         ui.json(c.to_dict())
         return
@@ -228,7 +229,7 @@ def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes:
     return 0
 
 
-def show_preview(ui: Ui, preview: Preview, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
     c = preview.checkpoint
     comment = f" \"{one_line(c.comment)}\"" if c.comment else ""
     ui.line(f"Restoring to {c.id}{comment}, taken {age(c.created_at)} ago, throws away:", style="bold")

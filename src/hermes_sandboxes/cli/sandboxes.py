@@ -15,9 +15,10 @@ import click
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli.output import Ui, age, error, human_size, is_stdin_tty
-from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, ExecOutcome, Session, Workspace
+from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Session, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.identity import validate_name
+from hermes_sandboxes.recorder import RecordedExec
 from hermes_sandboxes.sandbox import NETWORK_MODES, Command, Limits, OutputSink, SandboxSpec
 from hermes_sandboxes.settings import parse_size
 
@@ -112,11 +113,11 @@ class _Passthrough:
 
         return write
 
-    def run(self, command: Command, timeout: float | None, **options: Any) -> ExecOutcome:
+    def run(self, command: Command, timeout: float | None, **options: Any) -> RecordedExec:
         return self._session.exec(command, timeout=timeout, on_stdout=self.sink(sys.stdout),
                                   on_stderr=self.sink(sys.stderr), **options)
 
-    def exit_code(self, ui: Ui, outcome: ExecOutcome, timeout: float | None) -> int:
+    def exit_code(self, ui: Ui, outcome: RecordedExec, timeout: float | None) -> int:
         if self.broken:
             _silence_stdout()
             return EXIT_BROKEN_PIPE
@@ -135,10 +136,11 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
-def _announce(ui: Ui, session: Session, outcome: ExecOutcome) -> None:
+def _announce(ui: Ui, session: Session, outcome: RecordedExec) -> None:
     taken = outcome.auto_checkpoint
     if taken is not None:
-        why = f" ({', '.join(outcome.reasons)})" if outcome.reasons else ""
+        reasons = outcome.verdict.reasons
+        why = f" ({', '.join(reasons)})" if reasons else ""
         ui.note(f"checkpoint {taken.id} taken first{why}; undo with: "
                 f"hermes-sandboxes checkpoint restore {session.name} {taken.id}")
 

@@ -1,10 +1,8 @@
 """The CLI's one place that knows how sandboxes are reached and recorded.
 
 ``Workspace`` holds the backend for the ``--home`` the user chose. ``Session`` is one sandbox as the
-CLI uses it: through ``RecordedSandbox`` (journal, automatic checkpoints, audit log) when the
-recorder module is installed, and straight through the contract when it is not, in which case the
-story columns read ``-`` and there are no automatic checkpoints. Only an *absent* recorder falls
-back; a recorder that fails to import for any other reason is a bug and is raised.
+CLI uses it: always through ``RecordedSandbox``, so every command, checkpoint, restore and deletion
+goes to the sandbox's journal and to the audit log, and checkpoints tell their story.
 """
 
 from __future__ import annotations
@@ -14,21 +12,20 @@ import re
 import signal
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.diffsummary import DiffSummary, summarize
-from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput, Unsupported
+from hermes_sandboxes.errors import InvalidInput, Unsupported
 from hermes_sandboxes.identity import validate_name
-from hermes_sandboxes.journal import ExecRecord, Journal, audit_path, journal_path
+from hermes_sandboxes.journal import Journal, audit_path, journal_path
+from hermes_sandboxes.recorder import RecordedExec, RecordedSandbox, RestorePreview
+from hermes_sandboxes.risk import CheckpointPolicy
 from hermes_sandboxes.sandbox import (
     Backend,
     Capability,
     Checkpoint,
     Command,
-    ExecResult,
     FileChange,
     OutputSink,
     Process,
@@ -37,26 +34,11 @@ from hermes_sandboxes.sandbox import (
 )
 from hermes_sandboxes.secrets import Redactor
 
-if TYPE_CHECKING:
-    from hermes_sandboxes.recorder import RecordedSandbox
-    from hermes_sandboxes.risk import CheckpointPolicy
-
 CliPolicy = Literal["auto", "always", "off"]
 CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
 # The CLI says "auto" (what a user expects to type); the recorder calls the same policy "risky".
 _RECORDER_POLICY: dict[str, CheckpointPolicy] = {"auto": "risky", "always": "always", "off": "off"}
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CRED|AUTH", re.IGNORECASE)
-_OPTIONAL_MODULES = {"hermes_sandboxes.recorder", "hermes_sandboxes.risk"}
-
-
-def recorder_class() -> type[RecordedSandbox] | None:
-    try:
-        from hermes_sandboxes.recorder import RecordedSandbox
-    except ModuleNotFoundError as exc:
-        if exc.name in _OPTIONAL_MODULES:
-            return None
-        raise
-    return RecordedSandbox
 
 
 class Workspace:
@@ -91,88 +73,49 @@ class Workspace:
         return Journal(journal_path(self.home, name), durable=False)
 
 
-@dataclass(frozen=True)
-class Preview:
-    """What a restore would throw away."""
-
-    checkpoint: Checkpoint
-    commands: tuple[ExecRecord, ...] | None  # None: no journal to tell
-    changes: tuple[FileChange, ...] | None
-    summary: DiffSummary | None
-    diff_unavailable: str | None
-
-
-@dataclass(frozen=True)
-class ExecOutcome:
-    result: ExecResult
-    auto_checkpoint: Checkpoint | None
-    reasons: tuple[str, ...]  # why the command counted as risky
-
-
 class Session:
+    """One sandbox through the recorder. ``recorded`` is there for what needs no wrapper here."""
+
     def __init__(self, sandbox: Sandbox, home: Path, *, policy: CliPolicy = "off",
                  secrets: Mapping[str, str] | None = None) -> None:
         if policy not in CLI_POLICIES:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
-        self.tracker = _ProcessTracker(sandbox)
         self.home = home
         self.sandbox = sandbox
-        self.recorded: RecordedSandbox | None = None
-        recorder = recorder_class()
-        if recorder is not None:
-            kept = _secret_values(secrets or {})
-            redact = Redactor(kept).redact if kept else None
-            self.recorded = recorder.at_home(self.tracker, home, redact=redact,
-                                             policy=_RECORDER_POLICY[policy])
+        self.tracker = _ProcessTracker(sandbox)
+        kept = _secret_values(secrets or {})
+        self.recorded = RecordedSandbox.at_home(self.tracker, home, redact=Redactor(kept).redact if kept else None,
+                                                policy=_RECORDER_POLICY[policy])
 
     @property
     def name(self) -> str:
         return self.sandbox.name
 
     def close(self) -> None:
-        if self.recorded is not None:
-            self.recorded.journal.close()
+        self.recorded.journal.close()
 
     def record_create(self) -> None:
-        if self.recorded is not None:
-            self.recorded.record_create()
+        self.recorded.record_create()
 
     def exec(self, command: Command, *, policy: CliPolicy | None = None, cwd: str | None = None,
              env: Mapping[str, str] | None = None, timeout: float | None = None,
-             on_stdout: OutputSink | None = None, on_stderr: OutputSink | None = None) -> ExecOutcome:
-        """Run a command; on Ctrl-C (or any escape) its whole process tree is killed."""
+             on_stdout: OutputSink | None = None, on_stderr: OutputSink | None = None) -> RecordedExec:
+        """Run a command, journaled, after an automatic checkpoint if the policy wants one; on Ctrl-C
+        (or any escape) its whole process tree is killed."""
+        checkpoint = None if policy is None else _RECORDER_POLICY[policy]
         try:
-            if self.recorded is None:
-                result = self.tracker.exec(command, cwd=cwd, env=env, timeout=timeout,
-                                           on_stdout=on_stdout, on_stderr=on_stderr)
-                return ExecOutcome(result, None, ())
-            checkpoint = None if policy is None else _RECORDER_POLICY[policy]
-            done = self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
+            return self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
                                       on_stdout=on_stdout, on_stderr=on_stderr)
-            return ExecOutcome(done.result, done.auto_checkpoint, tuple(done.verdict.reasons))
         except BaseException:
             self.tracker.kill_all()
             raise
 
     def checkpoint(self, comment: str = "") -> Checkpoint:
-        if self.recorded is not None:
-            return self.recorded.checkpoint(comment, trigger="manual")
-        return self.sandbox.checkpoint(comment)
+        return self.recorded.checkpoint(comment, trigger="manual")
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Oldest first, with the story in ``extra`` when there is a recorder."""
-        if self.recorded is not None:
-            return self.recorded.checkpoints()
-        return self.sandbox.checkpoints()
-
-    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
-        for checkpoint in self.checkpoints():
-            if checkpoint.id == checkpoint_id:
-                return checkpoint
-        raise CheckpointNotFound(
-            f"sandbox {self.name} has no checkpoint {checkpoint_id!r}; "
-            f"list them with: hermes-sandboxes checkpoint list {self.name}"
-        )
+        """Oldest first, with the story in ``extra``."""
+        return self.recorded.checkpoints()
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
         backend = self.sandbox.backend
@@ -180,54 +123,27 @@ class Session:
             raise Unsupported(f"the {backend.name} backend cannot diff checkpoints")
         return self.sandbox.diff(from_id, to_id)
 
-    def preview(self, checkpoint_id: str) -> Preview:
-        if self.recorded is not None:
-            p = self.recorded.restore_preview(checkpoint_id)
-            return Preview(p.checkpoint, p.commands, p.changes, p.summary, p.diff_unavailable)
-        checkpoint = self.get_checkpoint(checkpoint_id)
-        try:
-            changes = tuple(self.diff(checkpoint_id))
-        except Unsupported as exc:
-            return Preview(checkpoint, None, None, None, str(exc))
-        return Preview(checkpoint, None, changes, summarize(changes), None)
+    def preview(self, checkpoint_id: str) -> RestorePreview:
+        return self.recorded.restore_preview(checkpoint_id)
 
     def restore(self, checkpoint_id: str) -> None:
-        if self.recorded is not None:
-            self.recorded.restore(checkpoint_id)
-        else:
-            self.sandbox.restore(checkpoint_id)
+        self.recorded.restore(checkpoint_id)
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
-        if self.recorded is not None:
-            self.recorded.delete_checkpoint(checkpoint_id)
-        else:
-            self.sandbox.delete_checkpoint(checkpoint_id)
+        self.recorded.delete_checkpoint(checkpoint_id)
 
     def note_exec(self, command: str, exit_code: int | None, duration_s: float,
                   error: str | None = None) -> None:
         """Journal a command that ran past the recorder (the interactive shell), so the story and the
         audit log still show that something happened in the sandbox then."""
-        if self.recorded is None:
-            return
-        record = ExecRecord(sandbox=self.name, command=command, exit_code=exit_code, duration_s=duration_s,
-                            error=error)
-        self.recorded.journal.append(record)
-        with Journal(audit_path(self.home)) as audit:
-            audit.append(record)
+        self.recorded.record_exec(command, exit_code, duration_s, error=error)
 
     def destroy(self) -> None:
-        if self.recorded is not None:
-            self.recorded.destroy()
-        else:
-            self.sandbox.destroy()
+        self.recorded.destroy()
         if self.sandbox.ephemeral:
-            self._forget_journal()
-
-    def _forget_journal(self) -> None:
-        """An ephemeral sandbox's own journal dies with it (else every `run` leaves a file behind);
-        its history stays in the audit log."""
-        self.close()
-        if self.recorded is not None:
+            # an ephemeral sandbox's own journal dies with it (else every `run` leaves a file
+            # behind); its history stays in the audit log
+            self.close()
             with contextlib.suppress(FileNotFoundError):
                 self.recorded.journal.path.unlink()
 
