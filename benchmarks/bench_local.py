@@ -46,6 +46,25 @@ for i in range(count):
 """
 
 
+# Changes `n` files of that layer: a third appended to, a third deleted, a third replaced by new files.
+CHANGE = """
+import os, sys
+n = int(sys.argv[1])
+root = "/root/venv/lib/python3/site-packages"
+paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)[:n]
+for i, p in enumerate(paths):
+    if i % 3 == 0:
+        with open(p, "ab") as f:
+            f.write(b"# changed")
+    elif i % 3 == 1:
+        os.unlink(p)
+    else:
+        os.unlink(p)
+        with open(p + ".new", "wb") as f:
+            f.write(b"new")
+"""
+
+
 def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000, 2)
 
@@ -86,11 +105,19 @@ def bench_layer(backend: LocalBackend, label: str, size: int, count: int, reps: 
         for _ in range(max(3, reps // 2)):
             restores.append(timed(lambda: sb.restore(target)))
             usable.append(timed(lambda: sb.exec(["true"])))
+        changed = min(1000, files // 2)
+        if sb.exec(["python3", "-c", CHANGE, str(changed)], timeout=300).exit_code != 0:
+            raise RuntimeError(f"changing files of the {label} layer failed")
+        diffs = []
+        for _ in range(3):
+            diffs.append(timed(lambda: sb.diff(target)))
+        found = len(sb.diff(target))
         return {"layer_bytes": layer, "files": files,
                 "checkpoint_first_ms": round(first * 1000, 2),
                 "checkpoint_p50_ms": median_ms(checkpoints),
                 "restore_incl_restart_p50_ms": median_ms(restores),
-                "first_exec_after_restore_p50_ms": median_ms(usable)}
+                "first_exec_after_restore_p50_ms": median_ms(usable),
+                "diff_changed_files": changed, "diff_entries": found, "diff_p50_ms": median_ms(diffs)}
     finally:
         sb.destroy()
 
@@ -166,7 +193,7 @@ def bench_concurrent(backend: LocalBackend, n: int) -> dict[str, Any]:
 
 TARGETS = {
     "exec_p50_ms": 10.0, "exec_ratio_to_host": 3.0, "checkpoint_p50_ms": 50.0,
-    "restore_incl_restart_ms": 300.0, "create_ms": 300.0, "idle_memory_mb": 20.0,
+    "restore_incl_restart_ms": 300.0, "create_ms": 300.0, "idle_memory_mb": 20.0, "diff_ms": 1000.0,
 }
 
 
@@ -181,6 +208,7 @@ def verdicts(r: dict[str, Any]) -> dict[str, bool]:
         "create_ms": r["create"]["create_and_first_exec_p50_ms"] <= TARGETS["create_ms"],
         "idle_memory_mb": r["memory"]["idle_init_pss_mb"] <= TARGETS["idle_memory_mb"],
         "concurrent_all_succeed": r["concurrent"]["succeeded"] == r["concurrent"]["sandboxes"],
+        "diff_ms": all(v["diff_p50_ms"] <= TARGETS["diff_ms"] for v in layers),
     }
 
 
@@ -203,6 +231,8 @@ def table(r: dict[str, Any]) -> str:
                      f"{v['checkpoint_p50_ms']} ms ({v['checkpoint_first_ms']} ms)", "<= 50 ms"))
         rows.append((f"restore incl. restart, {size} (p50)", f"{v['restore_incl_restart_p50_ms']} ms",
                      "<= 300 ms"))
+        rows.append((f"diff after changing {v['diff_changed_files']} files, {size} (p50)",
+                     f"{v['diff_p50_ms']} ms ({v['diff_entries']} entries)", "<= 1 s"))
     lines = ["| measure | result | target |", "| --- | --- | --- |"]
     lines += [f"| {a} | {b} | {t} |" for a, b, t in rows]
     return "\n".join(lines)
