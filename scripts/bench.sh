@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Every benchmark, one after the other, as root; each writes its JSON under benchmarks/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+.venv/bin/python benchmarks/bench_local.py "$@"
+.venv/bin/python benchmarks/bench_journal.py
+.venv/bin/python benchmarks/bench_hermes.py

@@ -1,0 +1,28 @@
+"""The local benchmark runs end to end and writes its JSON (its numbers are not asserted: the
+machines are noisy; the benchmark itself reports whether the targets were met)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_local.py"
+
+
+def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_path: Path) -> None:
+    out = tmp_path / "local.json"
+    proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stderr
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert results["concurrent"]["succeeded"] == 20, results["concurrent"]["errors"]
+    assert set(results["layers"]) == {"1MB", "100MB"}
+    for layer in results["layers"].values():
+        assert layer["diff_entries"] > 0 and layer["checkpoint_p50_ms"] > 0
+    assert set(report["meets_targets"]) >= {"exec_p50_ms", "checkpoint_p50_ms", "restore_incl_restart_ms",
+                                            "create_ms", "idle_memory_mb", "diff_ms"}
+    assert "| exec round trip" in proc.stdout
+    assert not list(Path("/tmp").glob("hsb-*")), "the benchmark left its store behind"
