@@ -23,7 +23,9 @@ from click.testing import CliRunner, Result
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.cli import cli
+from hermes_sandboxes.cli.session import Session
 from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.sandbox import Process
 
 CLI = [sys.executable, "-m", "hermes_sandboxes.cli"]
 
@@ -348,6 +350,22 @@ def test_ctrl_c_during_exec_kills_the_command_inside(home: Path, box: LocalSandb
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.decode().strip().endswith("error: interrupted"), err.decode()
+    assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
+
+
+def test_a_ctrl_c_that_lands_as_the_command_starts_leaves_nothing_running(
+        home: Path, box: LocalSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_start = box.start
+
+    def start(*args: Any, **kwargs: Any) -> Process:
+        proc = real_start(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # the init runs the command; exec has not seen it yet
+        return proc
+
+    monkeypatch.setattr(box, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        Session(box, home).exec("sleep 600")
+    monkeypatch.undo()
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
 
 

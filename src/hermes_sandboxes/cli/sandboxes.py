@@ -107,9 +107,7 @@ class _Passthrough:
                     binary.flush()
                 except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
                     self.broken = True
-                    # not from this thread: it is the one that must read the init's messages
-                    # (the "started" a kill waits for) while the kill runs
-                    threading.Thread(target=self._session.tracker.kill_all, daemon=True).start()
+                    self._session.kill_command()
 
         return write
 

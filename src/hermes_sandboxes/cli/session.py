@@ -82,9 +82,9 @@ class Session:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
         self.home = home
         self.sandbox = sandbox
-        self.tracker = _ProcessTracker(sandbox)
+        self._commands = _CommandGuard(sandbox)
         kept = _secret_values(secrets or {})
-        self.recorded = RecordedSandbox.at_home(self.tracker, home, redact=Redactor(kept).redact if kept else None,
+        self.recorded = RecordedSandbox.at_home(self._commands, home, redact=Redactor(kept).redact if kept else None,
                                                 policy=_RECORDER_POLICY[policy])
 
     @property
@@ -100,15 +100,17 @@ class Session:
     def exec(self, command: Command, *, policy: CliPolicy | None = None, cwd: str | None = None,
              env: Mapping[str, str] | None = None, timeout: float | None = None,
              on_stdout: OutputSink | None = None, on_stderr: OutputSink | None = None) -> RecordedExec:
-        """Run a command, journaled, after an automatic checkpoint if the policy wants one; on Ctrl-C
-        (or any escape) its whole process tree is killed."""
+        """Run a command, journaled, after an automatic checkpoint if the policy wants one.
+
+        On Ctrl-C its whole process tree is killed: by ``Sandbox.exec`` while it waits, by the
+        guard (below) while it starts."""
         checkpoint = None if policy is None else _RECORDER_POLICY[policy]
-        try:
-            return self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
-                                      on_stdout=on_stdout, on_stderr=on_stderr)
-        except BaseException:
-            self.tracker.kill_all()
-            raise
+        return self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
+                                  on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def kill_command(self) -> None:
+        """Kill the command running now, with all it started; callable from its own output sink."""
+        self._commands.kill_current()
 
     def checkpoint(self, comment: str = "") -> Checkpoint:
         return self.recorded.checkpoint(comment, trigger="manual")
@@ -158,16 +160,17 @@ def _secret_values(env: Mapping[str, str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM that arrive inside the block take effect just after it."""
+def _interrupts_deferred() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM that arrive inside the block take effect just after it; the block sees
+    them in the list it is given."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield []
         return
     pending: list[int] = []
     handlers = {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield pending
     finally:
         for sig, handler in handlers.items():
             if handler is not None:  # None: installed outside Python, cannot be put back
@@ -176,24 +179,40 @@ def _interrupts_deferred() -> Iterator[None]:
             signal.raise_signal(signum)  # now the usual handler runs (KeyboardInterrupt for Ctrl-C)
 
 
-class _ProcessTracker(Sandbox):
-    """Delegates to a sandbox and remembers the commands it starts, so the CLI can kill them.
+class _CommandGuard(Sandbox):
+    """The sandbox, delegated to, keeping a hand on the command it started last.
 
-    Why: ``Sandbox.exec`` leaves the command running when its wait is interrupted (Ctrl-C), and
-    the recorder calls that exec, so the CLI cannot reach the Process any other way."""
+    ``Sandbox.exec`` kills its command when its wait is interrupted, so Ctrl-C during a command
+    (and SIGTERM during ``run``, which turns it into KeyboardInterrupt; ``run`` then destroys its
+    sandbox anyway) needs nothing from here. Two cases still do, and exec covers neither:
+
+    - an interrupt that lands while the command is being started, before exec's wait begins: the
+      init may already be running it, and exec never saw its Process. Interrupts are held for the
+      start and let through only once that command is killed;
+    - an output sink whose reader has gone (``exec box -- yes | head``) must kill the command,
+      and exec does not hand its Process out: ``kill_current()`` does, from inside the sink.
+    """
 
     def __init__(self, inner: Sandbox) -> None:
         self._inner = inner
         self.name = inner.name
         self.ephemeral = inner.ephemeral
-        self._running: list[Process] = []
+        self._current: Process | None = None
 
-    def kill_all(self) -> None:
-        for proc in self._running:
-            with contextlib.suppress(Exception):
-                if proc.poll() is None:
-                    proc.kill()
-        self._running.clear()
+    def kill_current(self) -> None:
+        if self._current is not None:
+            self._current.kill()
+
+    def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              on_stderr: OutputSink | None = None) -> Process:
+        with _interrupts_deferred() as interrupted:
+            proc = self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout,
+                                     on_stderr=on_stderr)
+            self._current = proc
+            if interrupted:
+                proc.kill()
+        return proc
 
     @property
     def backend(self) -> Backend:
@@ -201,16 +220,6 @@ class _ProcessTracker(Sandbox):
 
     def info(self) -> SandboxInfo:
         return self._inner.info()
-
-    def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
-              on_stderr: OutputSink | None = None) -> Process:
-        with _interrupts_deferred():  # a Ctrl-C before the append would leave the command running
-            proc = self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout,
-                                     on_stderr=on_stderr)
-            self._running = [p for p in self._running if p.returncode is None]
-            self._running.append(proc)
-        return proc
 
     def read_file(self, path: str) -> bytes:
         return self._inner.read_file(path)
