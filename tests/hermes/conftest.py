@@ -90,10 +90,20 @@ def _reset_hermes() -> None:
     discover_plugins(force=True)
 
 
+@pytest.fixture(scope="session")
+def hermes_homes() -> Iterator[Path]:
+    """One parent for every HERMES_HOME of the run, removed at its end: Hermes writes into a home
+    (e.g. sandboxes/singularity) from its own threads even after a test removed it."""
+    parent = Path(tempfile.mkdtemp(prefix="hh-", dir="/tmp"))
+    yield parent
+    shutil.rmtree(parent, ignore_errors=True)
+
+
 @pytest.fixture
-def hermes(local_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> Iterator[HermesHarness]:
+def hermes(local_backend: LocalBackend, hermes_homes: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[HermesHarness]:
     _ = local_backend.store  # mount now, so the session fixture knows to unmount it at the end
-    home = Path(tempfile.mkdtemp(prefix="hh-", dir="/tmp"))
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=hermes_homes))
     prefix = "t" + secrets.token_hex(3)
     harness = HermesHarness(home, local_backend, prefix, monkeypatch)
     harness.write_config()

@@ -78,7 +78,7 @@ def test_two_profiles_never_share_a_sandbox(hermes: HermesHarness, monkeypatch: 
     hermes.run("echo profile-one > /root/who")
     first = hermes.env().sandbox_name
     hermes.cleanup_environments()
-    other = Path(tempfile.mkdtemp(prefix="hh-", dir="/tmp"))
+    other = Path(tempfile.mkdtemp(prefix="home-", dir=hermes.home.parent))
     try:
         shutil.copy(hermes.home / "config.yaml", other / "config.yaml")  # same prefix, same task id
         monkeypatch.setenv("HERMES_HOME", str(other))
