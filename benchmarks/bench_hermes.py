@@ -14,6 +14,7 @@ classifier, the journal and audit appends (durable, fdatasync), and redaction. T
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
@@ -76,6 +77,8 @@ def main() -> int:
 
     store = Path(tempfile.mkdtemp(prefix="hbs-", dir="/tmp"))
     home = Path(tempfile.mkdtemp(prefix="hbh-", dir="/tmp"))
+    # Hermes writes into its home (cache/) from its own threads until the interpreter exits
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
     (home / "config.yaml").write_text(
         "plugins:\n  enabled: [sandbox]\n"
         "  entries:\n    sandbox:\n      settings:\n        name_prefix: bench\n")
