@@ -447,6 +447,23 @@ def test_shell_reads_a_script_when_stdin_is_not_a_terminal(home: Path, box: Loca
     assert (noted["command"], noted["exit_code"]) == ("(shell script from stdin)", 4)
 
 
+def test_shell_on_a_terminal_kills_the_jobs_it_leaves_on_exit(home: Path, box: LocalSandbox) -> None:
+    term = Pty([*CLI, "--home", str(home), "shell", box.name])
+    term.send(b"sleep 600 & echo job-$((2*3))\r")
+    term.expect(b"job-6")
+    term.send(b"exit\r")
+    assert term.finish() == 0
+    assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
+
+
+def test_shell_ends_without_waiting_for_its_background_jobs_and_kills_them(home: Path, box: LocalSandbox) -> None:
+    script = b"sleep 600 & nohup sleep 700 >/dev/null 2>&1 & echo left two jobs\nexit 5\n"
+    done = subprocess.run([*CLI, "--home", str(home), "shell", box.name], input=script, capture_output=True,
+                          timeout=60, check=False)
+    assert done.returncode == 5 and done.stdout == b"left two jobs\n", done.stderr
+    assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
+
+
 # -- checkpoints ---------------------------------------------------------------------------------
 
 

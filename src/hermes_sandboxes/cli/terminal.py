@@ -1,14 +1,17 @@
 """``shell NAME``: an interactive bash inside a local sandbox, on a real pseudo-terminal.
 
-The contract's ``start()`` has no terminal yet (its stdin is a byte string given up front), so this
-speaks the local backend's own protocol: the init runs a command on whatever descriptors the client
-sends. We send the slave end of a pty allocated here, put our own terminal in raw mode and copy
-bytes both ways, so line editing, colours, full-screen programs and Ctrl-C all work; inside, bash
-becomes the session leader of that pty (``setsid --ctty``), which gives it job control.
+The contract's ``start()`` has no terminal (its stdin is a byte string given up front), so this
+uses the local sandbox's ``attach()``, which runs a command on descriptors we hand it: the slave end
+of a pty allocated here. We put our own terminal in raw mode and copy bytes both ways, so line
+editing, colours, full-screen programs and Ctrl-C all work; inside, bash becomes the session leader
+of that pty (``setsid --ctty``), which gives it job control.
 
 Why a pty of our own rather than passing our terminal in: a descriptor of the user's terminal in
 the sandbox could inject keystrokes into the host shell (TIOCSTI) once the sandbox shell exits. The
 pty we allocate only ever feeds the sandbox.
+
+When the shell exits, what it left running in the background (``sleep 600 &``, ``nohup``) is killed
+with it, unlike after ``exec``: an interactive session's jobs are its own.
 
 Limitations: local backend only; the window size follows the host terminal (SIGWINCH), but
 ``tty`` inside names a /dev/pts entry of the host that does not exist inside; when stdin is not a
@@ -21,22 +24,18 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import select
 import selectors
 import signal
-import socket
 import sys
 import termios
 import threading
 import tty
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from hermes_sandboxes.backends.local import LocalSandbox, cgroups, client, protocol
-from hermes_sandboxes.backends.local.sandbox import BASE_ENV
-from hermes_sandboxes.errors import ExecFailed
+from hermes_sandboxes.backends.local import LocalSandbox, cgroups
+from hermes_sandboxes.backends.local.client import LocalProcess
 
 # bash as the leader of its own session with the pty as controlling terminal (job control); plain
 # bash -i where util-linux's setsid is missing; sh where there is no bash (a minimal --base).
@@ -51,122 +50,147 @@ def interactive() -> bool:
     return os.isatty(0) and os.isatty(1)
 
 
-def run_shell(sandbox: LocalSandbox) -> int:
-    """Run the shell until it exits; returns its exit code."""
-    on_terminal = interactive()
-    env = {**BASE_ENV, "HOSTNAME": sandbox.name}
-    if on_terminal:
-        env["TERM"] = os.environ.get("TERM", "xterm-256color")
-        master, slave = os.openpty()
-        _copy_window_size(master)
-        theirs, ours = [slave, slave, slave], {"in": master, "out": master}
-    else:
+@dataclass(frozen=True)
+class _Ends:
+    """The descriptors between us and the shell: a pty (one master for everything) or three pipes."""
+
+    theirs: tuple[int, int, int]  # the shell's stdin, stdout and stderr
+    shell_in: int  # where our stdin goes
+    outputs: dict[int, int]  # the shell's output, read here -> our descriptor it is copied to
+    terminal: bool
+
+    @classmethod
+    def open(cls, terminal: bool) -> _Ends:
+        if terminal:
+            master, slave = os.openpty()
+            _copy_window_size(master)
+            return cls((slave, slave, slave), master, {master: 1}, terminal)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        theirs, ours = [in_r, out_w, err_w], {"in": in_w, "out": out_r, "err": err_r}
-    exec_id = secrets.token_hex(8)
-    request = {"op": "exec", "id": exec_id, "shell": INTERACTIVE if on_terminal else SCRIPTED,
-               "cwd": "/root", "env": env}
-    try:
-        sock, group = _start(sandbox, request, theirs)
-    except BaseException:
-        for fd in ours.values():
+        return cls((in_r, out_w, err_w), in_w, {out_r: 1, err_r: 2}, terminal)
+
+    def close_theirs(self) -> None:
+        for fd in set(self.theirs):
             os.close(fd)
+
+    def close_ours(self, *, fed: bool) -> None:
+        """``fed``: the stdin thread runs, and closes a pipe's write end itself at end of input."""
+        keep = {self.shell_in} if fed and not self.terminal else set()
+        for fd in {self.shell_in, *self.outputs} - keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def run_shell(sandbox: LocalSandbox) -> int:
+    """Run the shell until it exits; returns its exit code."""
+    ends = _Ends.open(interactive())
+    env = {"TERM": os.environ.get("TERM", "xterm-256color")} if ends.terminal else None
+    try:
+        proc = sandbox.attach(INTERACTIVE if ends.terminal else SCRIPTED, ends.theirs, cwd="/root", env=env)
+    except BaseException:
+        ends.close_ours(fed=False)
         raise
     finally:
-        for fd in set(theirs):
-            os.close(fd)
+        ends.close_theirs()
     try:
-        with _raw_terminal(on_terminal), _resize_follows(ours["in"] if on_terminal else -1):
-            return _Pump(sock, ours, on_terminal, sandbox.name).run()
+        with _raw_terminal(ends.terminal), _resize_follows(ends.shell_in if ends.terminal else -1):
+            threading.Thread(target=_feed, args=(ends.shell_in, not ends.terminal), daemon=True,
+                             name="shell-stdin").start()
+            with _copying(ends.outputs, on_error=proc.kill):
+                try:
+                    code = proc.wait()
+                finally:
+                    # before the last of the output is drained: a job still writing would not let it end
+                    _kill_leftovers(proc, sandbox.name)
+        assert code is not None  # wait() without a timeout
+        return code
     finally:
-        cgroups.kill_group(group)  # what the shell left running in the background goes with it
-        for fd in set(ours.values()):
-            if fd != ours["in"] or on_terminal:  # the stdin thread closes a pipe's write end itself
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        ends.close_ours(fed=True)
 
 
-def _start(sandbox: LocalSandbox, request: dict[str, Any], fds: list[int]) -> tuple[socket.socket, Path]:
-    # The backend's private helpers: existence check and (re)starting the init. See module docstring.
-    sandbox._check_exists()
-    socket_path, freezer = sandbox._ensure_running()
+def _kill_leftovers(proc: LocalProcess, sandbox: str) -> None:
+    """Kill the shell if it still runs (we leave on an error or an interrupt) and the background jobs
+    it left. ``kill()`` does the first; once the shell has exited it does nothing, so the jobs are
+    killed through the exec's freezer group, found from public names: the sandbox's groups
+    (``cgroups.SandboxCgroups``) and the exec's id. Best effort: a sandbox whose init was started
+    from another cgroup than ours has its groups elsewhere, and the jobs are then left running."""
+    proc.kill()
+    cgroups.kill_group(cgroups.SandboxCgroups.for_sandbox(sandbox).freezer / f"x{proc.exec_id}")
+
+
+def _feed(shell_in: int, close_at_end: bool) -> None:
+    """Our stdin to the shell; at end of input the shell's stdin is closed (pipes only: a pty has no
+    end of file, Ctrl-D is a byte like any other)."""
+    with contextlib.suppress(OSError):
+        while data := os.read(0, _CHUNK):
+            _write_all(shell_in, data)
+    if close_at_end:
+        with contextlib.suppress(OSError):
+            os.close(shell_in)
+
+
+@contextlib.contextmanager
+def _copying(outputs: dict[int, int], on_error: Callable[[], None]) -> Iterator[None]:
+    """Copy the shell's output to ours on a thread while the block runs (the block waits for the
+    shell); at its end, copy what is already written and stop, without waiting for an end of file
+    that a background job holding the pty or pipe would postpone forever. A failure to copy (our
+    stdout closed, say) calls ``on_error`` (which kills the shell) and is raised after the block."""
+    stop_r, stop_w = os.pipe()
+    failed: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            _copy_until(stop_r, outputs)
+        except BaseException as exc:
+            failed.append(exc)
+            with contextlib.suppress(Exception):
+                on_error()
+
+    thread = threading.Thread(target=copy, daemon=True, name="shell-output")
+    thread.start()
     try:
-        sock = client.connect(socket_path)
-        protocol.send(sock, request, fds)
-        reply, _ = protocol.recv(sock)
-    except (OSError, EOFError, protocol.ProtocolError) as exc:
-        raise ExecFailed(f"sandbox {sandbox.name}: lost contact with its init ({exc}); try again") from exc
-    if "error" in reply:
-        sock.close()
-        raise ExecFailed(f"sandbox {sandbox.name}: {reply['error']}")
-    return sock, freezer / f"x{request['id']}"
+        yield
+    finally:
+        os.write(stop_w, b"\0")
+        thread.join()
+        os.close(stop_r)
+        os.close(stop_w)
+    if failed:
+        raise failed[0]
 
 
-class _Pump:
-    """Copies the shell's output to ours until the init reports its exit code; a thread copies our
-    stdin to the shell (blocking on either side never stalls the other direction)."""
-
-    def __init__(self, sock: socket.socket, fds: dict[str, int], interactive: bool, name: str) -> None:
-        self.sock, self.interactive, self.name = sock, interactive, name
-        self.shell_in = fds["in"]
-        self.outputs = {fds["out"]: 1, **({fds["err"]: 2} if "err" in fds else {})}
-        self.code: int | None = None
-
-    def run(self) -> int:
-        threading.Thread(target=self._feed, daemon=True, name="shell-stdin").start()
-        sel = selectors.DefaultSelector()
-        for fd in self.outputs:
+def _copy_until(stop: int, outputs: dict[int, int]) -> None:
+    with selectors.DefaultSelector() as sel:
+        for fd in outputs:
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
-        sel.register(self.sock, selectors.EVENT_READ)
-        try:
-            while self.code is None:
-                for key, _ in sel.select():
-                    if key.fileobj is self.sock:
-                        self._on_message()
-                    elif not self._copy_out(key.fd):
-                        sel.unregister(key.fd)
-            for fd in self.outputs:  # what the shell wrote just before it exited
-                while self._copy_out(fd):
-                    pass
-        finally:
-            sel.close()
-            self.sock.close()
-        return self.code
+        sel.register(stop, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fd == stop:
+                    for fd, target in outputs.items():  # what the shell wrote before it exited
+                        while _copy_out(fd, target):
+                            pass
+                    return
+                if _copy_out(key.fd, outputs[key.fd]) is None:
+                    sel.unregister(key.fd)
 
-    def _on_message(self) -> None:
-        try:
-            message, _ = protocol.recv(self.sock)
-        except (EOFError, OSError, protocol.ProtocolError) as exc:
-            raise ExecFailed(f"sandbox {self.name} stopped while the shell was running") from exc
-        if "exit" in message:
-            self.code = int(message["exit"])
 
-    def _feed(self) -> None:
-        """Our stdin to the shell; at end of input the shell's stdin is closed (pipes only: a pty
-        has no end of file, Ctrl-D is a byte like any other)."""
-        with contextlib.suppress(OSError):
-            while data := os.read(0, _CHUNK):
-                _write_all(self.shell_in, data)
-        if not self.interactive:
-            with contextlib.suppress(OSError):
-                os.close(self.shell_in)
-
-    def _copy_out(self, fd: int) -> bool:
-        try:
-            data = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            return False
-        except OSError as exc:  # EIO: every process holding the pty's other end has gone
-            if exc.errno == errno.EIO:
-                return False
-            raise
-        if not data:
-            return False
-        _write_all(self.outputs[fd], data)
-        return True
+def _copy_out(fd: int, target: int) -> bool | None:
+    """Copy one chunk; False when there is nothing to read now, None when nothing more will come."""
+    try:
+        data = os.read(fd, _CHUNK)
+    except BlockingIOError:
+        return False
+    except OSError as exc:  # EIO: every process holding the pty's other end has gone
+        if exc.errno == errno.EIO:
+            return None
+        raise
+    if not data:
+        return None
+    _write_all(target, data)
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:
