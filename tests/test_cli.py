@@ -1,125 +1,30 @@
-"""The hermes-sandboxes command, run for real against the local backend on the session's store.
-
-Most tests invoke the click group in-process (CliRunner); what needs a real process (live
-streaming, signals, a terminal) runs ``python -m hermes_sandboxes.cli`` as a subprocess, on a pty
-where a terminal is the point.
+"""The hermes-sandboxes command, run for real against the local backend on the session's store:
+usage, create, ls, rm, stop, exec, run, shell and doctor. Checkpoints and the audit log are in
+test_cli_checkpoints.py; the fixtures and helpers both use are in cli_kit.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cli_kit
 import pytest
-from click.testing import CliRunner, Result
+from cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
+from click.testing import CliRunner
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.cli import cli
 from hermes_sandboxes.cli.session import Session
 from hermes_sandboxes.identity import unique_name
 from hermes_sandboxes.sandbox import Process
 
-CLI = [sys.executable, "-m", "hermes_sandboxes.cli"]
-
-
-# -- helpers -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def home(local_backend: LocalBackend) -> Path:
-    local_backend.store  # noqa: B018 - open the store here, so the session fixture unmounts it
-    return local_backend.home
-
-
-@pytest.fixture
-def box(local_backend: LocalBackend) -> Iterator[LocalSandbox]:
-    sandbox = local_backend.create(unique_name("cli"))
-    try:
-        yield sandbox
-    finally:
-        sandbox.destroy()
-
-
-def hs(home: Path, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, ["--home", str(home), *args], input=input, env=env,
-                              catch_exceptions=False)
-
-
-def ok(home: Path, *args: str, **kwargs: Any) -> Result:
-    result = hs(home, *args, **kwargs)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result
-
-
-def as_json(home: Path, *args: str) -> Any:
-    return json.loads(ok(home, *args, "--json").stdout)
-
-
-def state(home: Path, *names: str) -> list[str]:
-    """What an error must leave as it was: the listing and each named sandbox's checkpoints."""
-    return [ok(home, "ls", "--json").stdout,
-            *(ok(home, "checkpoint", "list", name, "--json").stdout for name in names)]
-
-
-def assert_one_line_error(result: Result, *, exit_code: int | None = None, says: str = "") -> None:
-    assert result.exit_code != 0, result.stdout
-    if exit_code is not None:
-        assert result.exit_code == exit_code, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    assert says.lower() in lines[0].lower()
-
-
-def checkpoint_ids(home: Path, name: str) -> list[str]:
-    return [c["id"] for c in as_json(home, "checkpoint", "list", name)]
-
-
-class Pty:
-    """A subprocess whose stdin, stdout and stderr are a terminal we drive."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.master, slave = os.openpty()
-        self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-        os.close(slave)
-        self.seen = b""
-
-    def expect(self, text: bytes, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.seen:
-            assert time.monotonic() < deadline, f"never saw {text!r} in {self.seen!r}"
-            if not self._read(0.2):
-                assert self.proc.poll() is None, f"exited before {text!r}: {self.seen!r}"
-
-    def send(self, data: bytes) -> None:
-        os.write(self.master, data)
-
-    def finish(self, timeout: float = 60) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None or self._read(0):
-            assert time.monotonic() < deadline, f"still running: {self.seen!r}"
-            self._read(0.2)
-        os.close(self.master)
-        return self.proc.returncode
-
-    def _read(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self.master], [], [], timeout)
-        if not ready:
-            return False
-        try:
-            data = os.read(self.master, 65536)
-        except OSError:  # EIO: the terminal's last user has gone
-            return False
-        self.seen += data
-        return bool(data)
+home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 
 
 # -- usage and global options --------------------------------------------------------------------
@@ -464,169 +369,7 @@ def test_shell_ends_without_waiting_for_its_background_jobs_and_kills_them(home:
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
 
 
-# -- checkpoints ---------------------------------------------------------------------------------
-
-
-def test_checkpoint_create_prints_only_the_id_on_stdout(home: Path, box: LocalSandbox) -> None:
-    result = ok(home, "checkpoint", "create", box.name, "-m", "first")
-    assert checkpoint_ids(home, box.name) == [result.stdout.strip()]
-
-
-def test_checkpoint_list_tells_the_story_newest_first(home: Path, box: LocalSandbox) -> None:
-    first = ok(home, "checkpoint", "create", box.name, "-m", "empty").stdout.strip()
-    ok(home, "exec", box.name, "--", "echo one")
-    assert hs(home, "exec", box.name, "--", "exit 2").exit_code == 2
-    second = ok(home, "checkpoint", "create", box.name, "-m", "after two commands").stdout.strip()
-    listed = as_json(home, "checkpoint", "list", box.name)
-    assert [c["id"] for c in listed] == [second, first]
-    assert set(listed[0]) == {"id", "created_at", "comment", "size_bytes", "extra"}
-    story = listed[0]["extra"]
-    assert story["trigger"] == "manual" and story["previous"] == first
-    assert [(c["command"], c["exit_code"]) for c in story["commands"]] == [("echo one", 0), ("exit 2", 2)]
-    plain = ok(home, "checkpoint", "list", box.name).stdout.splitlines()
-    assert plain[0].split() == ["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE"]
-    assert plain[1].startswith(second) and "after two commands" in plain[1] and " manual " in plain[1]
-    assert plain[1].split()[-3] == "2"  # commands since the previous checkpoint
-    assert plain[2].startswith(first)
-
-
-def test_checkpoint_show_gives_the_details_and_the_commands_before_it(home: Path, box: LocalSandbox) -> None:
-    ok(home, "exec", box.name, "--", "echo building")
-    taken = ok(home, "checkpoint", "create", box.name, "-m", "built").stdout.strip()
-    shown = ok(home, "checkpoint", "show", box.name, taken).stdout
-    assert taken in shown and "built" in shown and "manual" in shown and "echo building" in shown
-    assert as_json(home, "checkpoint", "show", box.name, taken)["id"] == taken
-
-
-def test_checkpoint_diff_summarises_by_directory_and_lists_files_with_full(home: Path, box: LocalSandbox) -> None:
-    ok(home, "exec", box.name, "--", "mkdir -p /srv/a && echo 1 > /srv/a/one && echo 0 > /srv/a/gone")
-    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--checkpoint", "off", "--",
-       "echo 22 > /srv/a/two; echo 333 > /srv/a/one; rm /srv/a/gone")
-    summary = ok(home, "checkpoint", "diff", box.name, taken).stdout
-    assert "/srv/a" in summary and "total" in summary
-    full = ok(home, "checkpoint", "diff", box.name, taken, "--full").stdout
-    assert "+  /srv/a/two" in full and "~  /srv/a/one" in full and "-  /srv/a/gone" in full
-    data = as_json(home, "checkpoint", "diff", box.name, taken, "--full")
-    assert data["from"] == taken and data["to"] is None
-    assert data["summary"]["total"]["added"] == 1 and data["summary"]["total"]["modified"] == 1
-    assert data["summary"]["total"]["deleted"] == 1
-    assert {c["path"]: c["kind"] for c in data["changes"]} == {
-        "/srv/a/two": "added", "/srv/a/one": "modified", "/srv/a/gone": "deleted"}
-    assert "changes" not in as_json(home, "checkpoint", "diff", box.name, taken)
-
-
-def test_checkpoint_diff_compares_two_checkpoints(home: Path, box: LocalSandbox) -> None:
-    first = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--", "echo x > /root/new")
-    second = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--", "echo y > /root/later")
-    data = as_json(home, "checkpoint", "diff", box.name, first, second, "--full")
-    assert [c["path"] for c in data["changes"]] == ["/root/new"]
-    assert "no changes" in ok(home, "checkpoint", "diff", box.name, second, second).stdout
-
-
-def test_a_diff_from_a_checkpoint_taken_before_any_command_shows_only_the_commands_changes(
-        home: Path, box: LocalSandbox) -> None:
-    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--", "echo x > /root/new")
-    data = as_json(home, "checkpoint", "diff", box.name, taken, "--full")
-    assert [c["path"] for c in data["changes"]] == ["/root/new"]
-
-
-def test_a_diff_gives_the_size_of_a_deleted_base_file(home: Path, box: LocalSandbox) -> None:
-    ok(home, "exec", box.name, "--", "true")
-    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--checkpoint", "off", "--", "rm /usr/bin/git")
-    [change] = as_json(home, "checkpoint", "diff", box.name, taken, "--full")["changes"]
-    assert change["path"] == "/usr/bin/git" and change["old_size"] == os.path.getsize("/usr/bin/git")
-
-
-def test_checkpoint_restore_shows_what_it_discards_then_restores(home: Path, box: LocalSandbox) -> None:
-    ok(home, "exec", box.name, "--", "echo v1 > /root/state")
-    taken = ok(home, "checkpoint", "create", box.name, "-m", "v1").stdout.strip()
-    ok(home, "exec", box.name, "--checkpoint", "off", "--", "echo v2 > /root/state; rm /usr/bin/git")
-    result = ok(home, "checkpoint", "restore", box.name, taken)  # stdin is not a terminal: no question
-    assert "throws away" in result.stdout and "/usr/bin" in result.stdout
-    assert "echo v2 > /root/state; rm /usr/bin/git" in result.stdout
-    assert f"restored {box.name} to {taken}" in result.stderr
-    assert ok(home, "exec", box.name, "--", "cat /root/state; git --version >/dev/null && echo git").stdout == \
-        "v1\ngit\n"
-
-
-def test_checkpoint_restore_asks_on_a_terminal_and_declining_changes_nothing(
-        home: Path, box: LocalSandbox) -> None:
-    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--", "echo after > /root/after")
-    before = state(home, box.name)
-    term = Pty([*CLI, "--home", str(home), "checkpoint", "restore", box.name, taken])
-    term.expect(b"echo after > /root/after")  # the preview comes before the question
-    term.expect(b"[y/N]")
-    term.send(b"n\r")
-    assert term.finish() == 1 and b"restore cancelled" in term.seen
-    assert state(home, box.name) == before
-    assert box.read_file("/root/after") == b"after\n"
-    term = Pty([*CLI, "--home", str(home), "checkpoint", "restore", box.name, taken])
-    term.expect(b"[y/N]")
-    term.send(b"y\r")
-    assert term.finish() == 0
-    assert hs(home, "exec", box.name, "--", "test -e /root/after").exit_code == 1
-
-
-def test_checkpoint_rm_deletes_only_that_checkpoint(home: Path, box: LocalSandbox) -> None:
-    first = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    second = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "checkpoint", "rm", box.name, first)
-    assert checkpoint_ids(home, box.name) == [second]
-
-
-@pytest.mark.parametrize("command", [
-    ["show", "{name}", "ck-deadbeef"],
-    ["diff", "{name}", "ck-deadbeef"],
-    ["diff", "{name}", "{real}", "ck-deadbeef"],
-    ["restore", "{name}", "ck-deadbeef", "--yes"],
-    ["rm", "{name}", "ck-deadbeef"],
-])
-def test_an_unknown_checkpoint_fails_in_one_line_and_changes_nothing(
-        home: Path, box: LocalSandbox, command: list[str]) -> None:
-    real = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "exec", box.name, "--", "echo since > /root/since")
-    before = state(home, box.name)
-    args = [part.format(name=box.name, real=real) for part in command]
-    assert_one_line_error(hs(home, "checkpoint", *args), exit_code=1, says="ck-deadbeef")
-    assert state(home, box.name) == before
-    assert box.read_file("/root/since") == b"since\n"
-
-
-# -- log and doctor ------------------------------------------------------------------------------
-
-
-def test_log_shows_the_audit_trail_oldest_first(home: Path) -> None:
-    name = unique_name("cli")
-    ok(home, "create", name)
-    try:
-        assert hs(home, "exec", name, "--", "exit 5").exit_code == 5
-        taken = ok(home, "checkpoint", "create", name, "-m", "marked").stdout.strip()
-        ok(home, "checkpoint", "restore", name, taken, "--yes")
-        ok(home, "checkpoint", "rm", name, taken)
-        records = as_json(home, "log", name)
-        assert [r["type"] for r in records] == ["create", "exec", "checkpoint", "restore", "checkpoint_delete"]
-        assert records[1]["command"] == "exit 5" and records[1]["exit_code"] == 5
-        assert records[2]["id"] == taken and records[2]["comment"] == "marked"
-        plain = ok(home, "log", name).stdout.splitlines()
-        assert plain[0].split() == ["TIME", "EVENT", "EXIT", "TOOK", "DETAIL"]
-        assert "exit 5" in plain[2] and f"{taken} [manual] marked" in plain[3]
-    finally:
-        ok(home, "rm", name, "--yes")
-    assert as_json(home, "log", name)[-1]["type"] == "destroy"  # the history outlives the sandbox
-
-
-def test_secrets_passed_with_env_never_reach_the_audit_log(home: Path, box: LocalSandbox) -> None:
-    secret = "s3cr3t-" + unique_name("v")
-    result = ok(home, "exec", box.name, "--env", f"API_TOKEN={secret}", "--", f"test $API_TOKEN = {secret}")
-    assert result.exit_code == 0
-    audit = (home / "audit.jsonl").read_text()
-    assert secret not in audit and "REDACTED" in audit
+# -- doctor ---------------------------------------------------------------------------------------
 
 
 def test_doctor_shows_a_table_of_checks_and_exits_0_here(home: Path) -> None:
