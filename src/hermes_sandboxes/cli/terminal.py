@@ -34,8 +34,7 @@ import tty
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from hermes_sandboxes.backends.local import LocalSandbox, cgroups
-from hermes_sandboxes.backends.local.client import LocalProcess
+from hermes_sandboxes.backends.local import LocalSandbox
 
 # bash as the leader of its own session with the pty as controlling terminal (job control); plain
 # bash -i where util-linux's setsid is missing; sh where there is no bash (a minimal --base).
@@ -101,22 +100,13 @@ def run_shell(sandbox: LocalSandbox) -> int:
                 try:
                     code = proc.wait()
                 finally:
-                    # before the last of the output is drained: a job still writing would not let it end
-                    _kill_leftovers(proc, sandbox.name)
+                    # the shell and what it left in the background, before the last of the output is
+                    # drained: a job still writing would not let it end
+                    proc.kill_group()
         assert code is not None  # wait() without a timeout
         return code
     finally:
         ends.close_ours(fed=True)
-
-
-def _kill_leftovers(proc: LocalProcess, sandbox: str) -> None:
-    """Kill the shell if it still runs (we leave on an error or an interrupt) and the background jobs
-    it left. ``kill()`` does the first; once the shell has exited it does nothing, so the jobs are
-    killed through the exec's freezer group, found from public names: the sandbox's groups
-    (``cgroups.SandboxCgroups``) and the exec's id. Best effort: a sandbox whose init was started
-    from another cgroup than ours has its groups elsewhere, and the jobs are then left running."""
-    proc.kill()
-    cgroups.kill_group(cgroups.SandboxCgroups.for_sandbox(sandbox).freezer / f"x{proc.exec_id}")
 
 
 def _feed(shell_in: int, close_at_end: bool) -> None:

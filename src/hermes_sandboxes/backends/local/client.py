@@ -197,6 +197,12 @@ class LocalProcess(Process):
             return
         cgroups.kill_group(self._group)
 
+    def kill_group(self) -> None:
+        """Kill everything the command started, also after the command itself has exited: its
+        background jobs (an interactive shell's ``sleep 600 &``) live in the same group."""
+        if self._await_started(10.0):
+            cgroups.kill_group(self._group)
+
     def _await_started(self, timeout: float) -> bool:
         """Wait for init's "started" answer, reading it ourselves when nobody else is pumping or
         when we are called from a sink, i.e. from inside the pump (where waiting would deadlock);
