@@ -163,6 +163,27 @@ def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -
     assert [s["name"] for s in listed] == [hermes.env().sandbox_name]
     assert checkpoint_id in cli("checkpoints")
 
+    hermes.run("echo changed > /root/x")
+    preview = json.loads(cli("diff", checkpoint_id))
+    rows = {row["path"]: row for row in preview["summary"]["rows"]}  # /tmp holds Hermes's own cwd file
+    assert (rows["/root"]["files"], rows["/root"]["modified"]) == (1, 1)
+    assert [c["command"] for c in preview["commands"]][-1] == "echo changed > /root/x"
+    restored = json.loads(cli("restore", checkpoint_id))
+    assert restored["restored"] == checkpoint_id
+    assert hermes.run("cat /root/x")["output"].strip() == "x"
+
+
+def test_the_dashboard_probe_and_setup_instructions_tell_what_is_missing(hermes: HermesHarness) -> None:
+    from hermes_sandboxes.hermes.provider import LocalSandboxProvider
+
+    provider = LocalSandboxProvider()
+    assert provider.probe() == ("ready", "")
+    hermes.configure(scope="sesion")
+    status, detail = provider.probe()
+    assert status == "needs_setup" and "scope" in detail
+    text = " ".join(provider.setup_instructions())
+    assert "plugins.enabled" in text and "root" in text
+
 
 def test_a_failed_file_sync_never_runs_the_command_against_stale_state(
     hermes: HermesHarness, monkeypatch: pytest.MonkeyPatch,
