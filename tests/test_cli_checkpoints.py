@@ -180,3 +180,14 @@ def test_secrets_passed_with_env_never_reach_the_audit_log(home: Path, box: Loca
     assert result.exit_code == 0
     audit = (home / "audit.jsonl").read_text()
     assert secret not in audit and "REDACTED" in audit
+
+
+def test_checkpoint_create_with_a_health_command_keeps_its_result_in_the_story(
+        home: Path, box: LocalSandbox) -> None:
+    failed = ok(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok").stdout.strip()
+    ok(home, "exec", box.name, "--", "touch /root/ok")
+    passed = ok(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok").stdout.strip()
+    story = {c["id"]: c["extra"]["health"] for c in as_json(home, "checkpoint", "list", box.name)}
+    assert (story[failed]["passed"], story[failed]["exit_code"]) == (False, 1)
+    assert (story[passed]["passed"], story[passed]["command"]) == (True, "test -f /root/ok")
+    assert "passed: test -f /root/ok" in ok(home, "checkpoint", "show", box.name, passed).stdout

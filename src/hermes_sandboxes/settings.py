@@ -96,6 +96,9 @@ class BackendSettings(BaseModel):
     retention: int = Field(default=10, description="automatic checkpoints kept per sandbox")
     credentials: dict[str, str] = Field(default_factory=dict)
     protected_paths: tuple[str, ...] = ()
+    # run inside the sandbox before manual and agent checkpoints (e.g. the test suite); its result is
+    # part of the checkpoint's story
+    health_command: str | None = None
 
     @field_validator("name_prefix", mode="before")
     @classmethod
@@ -156,6 +159,14 @@ class BackendSettings(BaseModel):
     @classmethod
     def _protected(cls, value: object) -> tuple[str, ...]:
         return _absolute_paths(value)
+
+    @field_validator("health_command", mode="before")
+    @classmethod
+    def _health(cls, value: object) -> str:
+        text = _require_text(value, "a shell command line, e.g. 'cd /root/app && pytest -q'")
+        if not text.strip():
+            raise ValueError("is empty; remove the key (or set it to null) to run no health command")
+        return text
 
 
 def _absolute_paths(value: object) -> tuple[str, ...]:

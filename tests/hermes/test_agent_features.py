@@ -201,3 +201,12 @@ def test_a_failed_file_sync_never_runs_the_command_against_stale_state(
     assert hermes.env().sandbox.exec(["rmdir", "/root/.hermes/skills/s/SKILL.md"]).exit_code == 0
     assert hermes.run("ls /root/ran")["exit_code"] != 0
     assert hermes.run("cat /root/.hermes/skills/s/SKILL.md")["output"].strip() == "v2 from the host"
+
+
+def test_a_configured_health_command_is_part_of_the_agents_checkpoint_story(hermes: HermesHarness) -> None:
+    hermes.configure(health_command="test -f /root/built")
+    hermes.run("touch /root/built")
+    taken = hermes.call("sandbox_checkpoint", {"comment": "built"})["checkpoint"]
+    listed = hermes.call("sandbox_checkpoints", {})
+    [story] = [c for c in listed["checkpoints"] if c["id"] == taken]
+    assert story["health"]["passed"] is True and story["health"]["command"] == "test -f /root/built"

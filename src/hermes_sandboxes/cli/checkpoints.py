@@ -55,14 +55,16 @@ def checkpoint() -> None:
 @checkpoint.command(name="create")
 @click.argument("name")
 @click.option("-m", "--message", "comment", default="", help="What this state is (e.g. 'tests pass').")
+@click.option("--health", metavar="COMMAND", default=None,
+              help="Run COMMAND inside first (e.g. the test suite) and keep its result with the checkpoint.")
 @click.pass_obj
-def create_checkpoint(workspace: Workspace, name: str, comment: str) -> None:
+def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str | None) -> None:
     """Checkpoint NAME now; prints the checkpoint's id."""
     ui = Ui()
     session = _session(workspace, name)
     started = time.monotonic()
     with ui.status(f"checkpointing {name}…"):
-        taken = session.checkpoint(comment)
+        taken = session.checkpoint(comment, health=health)
     session.close()
     ui.result(taken.id)
     ui.note(f"checkpoint of {name} taken in {duration(time.monotonic() - started)}")

@@ -112,8 +112,13 @@ class Session:
         """Kill the command running now, with all it started; callable from its own output sink."""
         self._commands.kill_current()
 
-    def checkpoint(self, comment: str = "") -> Checkpoint:
-        return self.recorded.checkpoint(comment, trigger="manual")
+    def checkpoint(self, comment: str = "", *, health: str | None = None) -> Checkpoint:
+        """A manual checkpoint; with ``health``, that command runs first and its result is part of
+        the checkpoint's story."""
+        if health is None:
+            return self.recorded.checkpoint(comment, trigger="manual")
+        self.recorded.health_command = health
+        return self.recorded.checkpoint(comment, trigger="manual", health=True)
 
     def checkpoints(self) -> list[Checkpoint]:
         """Oldest first, with the story in ``extra``."""
