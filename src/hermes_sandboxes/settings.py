@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import Limits, NetworkMode, SandboxSpec
+from hermes_sandboxes.units import parse_size
 
 MAX_PREFIX_LENGTH = 40
 DEFAULT_NAME_PREFIX = "hermes"
@@ -33,8 +34,6 @@ STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
 _PREFIX_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROGRAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 Scope = Literal["session", "instance"]
 AutoCheckpoint = Literal["off", "risky", "always"]
@@ -49,23 +48,6 @@ class InvalidSettings(InvalidInput):
         self.reason = reason
 
 
-def parse_size(text: str | int) -> int:
-    """``"2G"`` -> 2147483648. Units K, M, G, T are powers of 1024; a bare number is bytes."""
-    if isinstance(text, bool):
-        raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
-    if isinstance(text, int):
-        if text <= 0:
-            raise InvalidInput(f"size must be positive, got {text}")
-        return text
-    match = _SIZE_RE.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
-    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
-    if value < 1:
-        raise InvalidInput(f"size must be at least one byte, got {text!r}")
-    return int(value)
-
-
 def _yaml_hint(value: object, expected: str) -> str:
     kind = "a boolean" if isinstance(value, bool) else type(value).__name__
     return f"YAML read {value!r} as {kind}; expected {expected} (put the value in quotes)"
@@ -75,6 +57,14 @@ def _require_text(value: object, expected: str) -> str:
     if not isinstance(value, str):
         raise ValueError(_yaml_hint(value, expected))
     return value
+
+
+def _whole_number(value: object, minimum: int, what: str) -> int:
+    expected = f"a whole number of {what}, at least {minimum}"
+    number = _require_number(value, expected)
+    if not isinstance(number, int) or number < minimum:
+        raise ValueError(f"got {value!r}; expected {expected}")
+    return number
 
 
 def _require_number(value: object, expected: str) -> int | float:
@@ -136,10 +126,7 @@ class BackendSettings(BaseModel):
     @field_validator("retention", mode="before")
     @classmethod
     def _retention(cls, value: object) -> int:
-        number = _require_number(value, "a whole number of checkpoints, at least 1")
-        if not isinstance(number, int) or number < 1:
-            raise ValueError(f"got {value!r}; expected a whole number of checkpoints, at least 1")
-        return number
+        return _whole_number(value, 1, "checkpoints")
 
     @field_validator("credentials", mode="before")
     @classmethod
@@ -218,10 +205,7 @@ class LocalSettings(BackendSettings):
     @field_validator("pids", mode="before")
     @classmethod
     def _pids(cls, value: object) -> int:
-        number = _require_number(value, "a whole number of processes, at least 8")
-        if not isinstance(number, int) or number < 8:
-            raise ValueError(f"got {value!r}; expected a whole number of processes, at least 8")
-        return number
+        return _whole_number(value, 8, "processes")
 
     @field_validator("cpus", mode="before")
     @classmethod

@@ -14,7 +14,8 @@ from hermes_sandboxes.hermes.naming import (
 )
 from hermes_sandboxes.identity import is_valid_name
 from hermes_sandboxes.secrets import Redactor, StreamRedactor, plan_credentials, programs_invoked
-from hermes_sandboxes.settings import InvalidSettings, LocalSettings, parse_size, validate_settings
+from hermes_sandboxes.settings import InvalidSettings, LocalSettings, validate_settings
+from hermes_sandboxes.units import parse_size
 
 DEFAULT = Profile("default", "/root/.hermes")
 WORK = Profile("work", "/root/.hermes/profiles/work")

@@ -20,7 +20,7 @@ from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.recorder import RecordedExec
 from hermes_sandboxes.sandbox import NETWORK_MODES, Command, Limits, OutputSink, SandboxSpec
-from hermes_sandboxes.settings import parse_size
+from hermes_sandboxes.units import parse_size
 
 EXIT_SANDBOX_FAILED = 125  # as `docker run`: the sandbox failed, not the command
 EXIT_CANCELLED = 1

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from hermes_sandboxes.backends.local import syscalls as sc
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError
+from hermes_sandboxes.units import parse_size
 
 _IOW_4096 = 0x50009400  # _IOW(BTRFS_IOCTL_MAGIC, nr, 4096-byte argument)
 _SUBVOL_CREATE = _IOW_4096 | 14
@@ -250,7 +251,7 @@ class BtrfsStore(Store):
             if not self.image.exists():
                 staged = self.image.with_suffix(".tmp")
                 with open(staged, "wb") as f:
-                    f.truncate(_parse_size(self.image_size))  # sparse: grows with use
+                    f.truncate(parse_size(self.image_size))  # sparse: grows with use
                 _run(["mkfs.btrfs", "-q", "-f", str(staged)], "formatting the btrfs store image")
                 staged.rename(self.image)
             self.mountpoint.mkdir(exist_ok=True)
@@ -322,11 +323,3 @@ class CopyStore(Store):
 
     def _remove_volume(self, path: Path) -> None:
         remove_tree(path)
-
-
-def _parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)

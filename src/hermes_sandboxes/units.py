@@ -1,0 +1,30 @@
+"""Sizes as people write them (``512M``, ``2G``), for settings, the CLI and the store alike.
+
+Kept free of pydantic and other heavy imports: the local backend's host side uses it too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hermes_sandboxes.errors import InvalidInput
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """``"2G"`` -> 2147483648. Units K, M, G, T are powers of 1024; a bare number is bytes."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
+    if isinstance(text, int):
+        if text <= 0:
+            raise InvalidInput(f"size must be positive, got {text}")
+        return text
+    match = _SIZE_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
+    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+    if value < 1:
+        raise InvalidInput(f"size must be at least one byte, got {text!r}")
+    return int(value)
