@@ -62,10 +62,9 @@ def probe() -> tuple[dict[str, Path], list[str]]:
             missing.append(f"cgroup v1 '{controller}' controller is not mounted")
             continue
         base = mounts[controller] / own.get(controller, "/").lstrip("/") / GROUP_PARENT
-        try:
-            base.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            missing.append(f"cannot create {base}: {exc.strerror}")
+        # looked at, not created: probing (doctor, availability checks) must leave no group behind
+        if not (base.is_dir() or os.access(base.parent, os.W_OK)):
+            missing.append(f"cannot create groups under {base.parent}")
             continue
         bases[controller] = base
     return bases, missing
@@ -158,6 +157,10 @@ class SandboxCgroups:
             kill_group(self.freezer)
         for path in self.dirs.values():
             _remove_tree(Path(path))
+            # the shared parent too once it is empty, so no group of ours outlives its last sandbox
+            # (a concurrent create re-makes it: SandboxCgroups.create uses makedirs)
+            with contextlib.suppress(OSError):
+                Path(path).parent.rmdir()
 
 
 def _write(path: Path, value: str) -> None:
