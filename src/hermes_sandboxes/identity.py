@@ -8,11 +8,12 @@ import secrets
 from hermes_sandboxes.errors import InvalidInput
 
 MAX_NAME_LENGTH = 63  # a DNS label, so a name can become a hostname or a cloud resource name
-_NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+# lowercase letters and digits in runs joined by single hyphens (a DNS label's alphabet)
+NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 def is_valid_name(name: str) -> bool:
-    return len(name) <= MAX_NAME_LENGTH and _NAME_RE.match(name) is not None
+    return len(name) <= MAX_NAME_LENGTH and NAME_RE.match(name) is not None
 
 
 def validate_name(name: str) -> str:
@@ -21,7 +22,7 @@ def validate_name(name: str) -> str:
         raise InvalidInput("sandbox name is empty: use lowercase letters, digits and single hyphens")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidInput(f"sandbox name {name[:20]!r}... is {len(name)} characters; at most 63 are allowed")
-    if not _NAME_RE.match(name):
+    if not NAME_RE.match(name):
         raise InvalidInput(
             f"invalid sandbox name {name!r}: use lowercase letters, digits and single hyphens, "
             "not starting or ending with a hyphen"

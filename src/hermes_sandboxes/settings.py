@@ -23,6 +23,7 @@ from typing import ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.identity import NAME_RE
 from hermes_sandboxes.sandbox import Limits, NetworkMode, SandboxSpec
 from hermes_sandboxes.units import parse_size
 
@@ -31,7 +32,6 @@ DEFAULT_NAME_PREFIX = "hermes"
 DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
 STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
 
-_PREFIX_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROGRAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
 
@@ -96,7 +96,7 @@ class BackendSettings(BaseModel):
         text = _require_text(value, "lowercase letters, digits and single hyphens")
         if len(text) > MAX_PREFIX_LENGTH:
             raise ValueError(f"{text!r} is {len(text)} characters; at most {MAX_PREFIX_LENGTH} are allowed")
-        if not _PREFIX_RE.match(text):
+        if not NAME_RE.match(text):
             raise ValueError(
                 f"{text!r} is not allowed: use lowercase letters, digits and single hyphens, "
                 "not starting or ending with a hyphen"
