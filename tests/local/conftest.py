@@ -16,7 +16,7 @@ if _REPO not in sys.path:  # the helpers are imported as tests.local.kit, howeve
     sys.path.insert(0, _REPO)
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox  # noqa: E402
-from tests.local.kit import leftovers, new_sandbox, register_home  # noqa: E402
+from tests.local.kit import leftovers, new_sandbox, register_home, temp_backend  # noqa: E402
 
 
 @pytest.fixture
@@ -24,6 +24,26 @@ def sandbox(local_backend: LocalBackend) -> Iterator[LocalSandbox]:
     """A fresh sandbox, destroyed after the test (named under this run's prefix)."""
     with new_sandbox(local_backend) as sb:
         yield sb
+
+
+@pytest.fixture(scope="module", params=["btrfs", "copy"])
+def store_backend(request: pytest.FixtureRequest, local_backend: LocalBackend) -> Iterator[LocalBackend]:
+    """Each test that asks for it runs on both kinds of store: btrfs (the default where it works, as
+    here) and the full-copy fallback, in a home of its own."""
+    if request.param == "btrfs":
+        assert local_backend.store.kind == "btrfs"
+        yield local_backend
+    else:
+        with temp_backend(store="copy") as backend:
+            assert backend.store.kind == "copy"
+            yield backend
+
+
+@pytest.fixture
+def sb(store_backend: LocalBackend) -> Iterator[LocalSandbox]:
+    """A fresh sandbox on each kind of store."""
+    with new_sandbox(store_backend) as sandbox:
+        yield sandbox
 
 
 def _kill_leftover_processes(found: list[str]) -> None:

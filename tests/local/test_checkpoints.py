@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +21,12 @@ from hermes_sandboxes.sandbox import ChangeKind, FileChange
 from tests.local.kit import (
     init_state,
     manifest,
-    new_sandbox,
     pid_alive,
     sandbox_commands,
     sh,
-    temp_backend,
     wait_for,
     without_inodes,
 )
-
-
-@pytest.fixture(scope="module", params=["btrfs", "copy"])
-def store_backend(request: pytest.FixtureRequest, local_backend: LocalBackend) -> Iterator[LocalBackend]:
-    if request.param == "btrfs":
-        assert local_backend.store.kind == "btrfs"  # the default where btrfs works, as here
-        yield local_backend
-    else:
-        with temp_backend(store="copy") as backend:
-            assert backend.store.kind == "copy"
-            yield backend
-
-
-@pytest.fixture
-def sb(store_backend: LocalBackend) -> Iterator[LocalSandbox]:
-    with new_sandbox(store_backend) as sandbox:
-        yield sandbox
-
 
 D = "/root/f"
 HAS_SETCAP = shutil.which("setcap") is not None  # the sandbox's base is this host's root

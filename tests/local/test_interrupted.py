@@ -12,30 +12,10 @@ import signal
 import subprocess
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
-from tests.local.kit import PYTHON, cgroup_dir, manifest, new_sandbox, sh, temp_backend, wait_for, without_inodes
-
-
-@pytest.fixture(scope="module", params=["btrfs", "copy"])
-def store_backend(request: pytest.FixtureRequest, local_backend: LocalBackend) -> Iterator[LocalBackend]:
-    if request.param == "btrfs":
-        assert local_backend.store.kind == "btrfs"
-        yield local_backend
-    else:
-        with temp_backend(store="copy") as backend:
-            assert backend.store.kind == "copy"
-            yield backend
-
-
-@pytest.fixture
-def sb(store_backend: LocalBackend) -> Iterator[LocalSandbox]:
-    with new_sandbox(store_backend) as sandbox:
-        yield sandbox
+from tests.local.kit import PYTHON, cgroup_dir, manifest, sh, wait_for, without_inodes
 
 
 def _killed_at(point: str, sb: LocalSandbox, operation: str, check_paused: object = None) -> None:
