@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local.client import LocalProcess
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import SandboxSpec
 from tests.local.kit import cgroup_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
@@ -236,16 +237,30 @@ def test_a_program_that_is_not_executable_exits_126(sandbox: LocalSandbox) -> No
 
 
 def test_a_kill_from_inside_an_output_sink_kills_at_once(sandbox: LocalSandbox) -> None:
-    holder: dict[str, object] = {}
+    holder: dict[str, LocalProcess] = {}
+    ready = threading.Event()
 
     def sink(chunk: bytes) -> None:
-        if "killed" not in holder:
-            holder["killed"] = True
-            holder["proc"].kill()  # type: ignore[attr-defined]
+        ready.wait(30)  # output may arrive before start() has returned the process
+        if not holder.get("killed"):
+            holder["killed"] = holder["proc"]
+            holder["proc"].kill()
 
     proc = sandbox.start("echo start; sleep 100", on_stdout=sink)
     holder["proc"] = proc
+    ready.set()
     assert proc.wait(60) == 137  # killed, well before the sleep (and not after a 10 s stall)
+    assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
+
+
+def test_a_sink_that_raises_stops_its_command_and_wait_raises_its_error(sandbox: LocalSandbox) -> None:
+    def sink(chunk: bytes) -> None:
+        raise BrokenPipeError("the reader went away")
+
+    proc = sandbox.start("echo start; sleep 100", on_stdout=sink)
+    with pytest.raises(BrokenPipeError):
+        proc.wait(60)
+    assert proc.returncode == 137
     assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
 
 

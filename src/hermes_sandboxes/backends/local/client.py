@@ -70,6 +70,7 @@ class LocalProcess(Process):
         self._sandbox = sandbox
         self._returncode: int | None = None
         self._error: ExecFailed | None = None
+        self._sink_error: Exception | None = None  # what an output sink raised, for wait() to raise
         self._started = threading.Event()
         self._done = threading.Event()
         self._pump_lock = threading.Lock()
@@ -122,7 +123,13 @@ class LocalProcess(Process):
             return False
         sink = self._sinks[fd]
         if sink is not None:
-            sink(chunk)
+            try:
+                sink(chunk)
+            except Exception as exc:  # a broken sink stops the command; wait() raises its error
+                self._sinks[fd] = None
+                if self._sink_error is None:
+                    self._sink_error = exc
+                    self.kill()
         return True
 
     def _pump(self, deadline: float | None = None) -> None:
@@ -187,6 +194,8 @@ class LocalProcess(Process):
                 return None
         if self._error is not None:
             raise self._error
+        if self._sink_error is not None:
+            raise self._sink_error
         return self._returncode
 
     def kill(self) -> None:
