@@ -191,6 +191,12 @@ class LocalSandbox(Sandbox):
         state = paths.read_json(self._run / "init.json")
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
             cgroups.SandboxCgroups(state["cgroups"]).kill_all()
+            # An init leaves its cgroup before it has finished dying (as PID 1 it first waits for
+            # the namespace's other processes to be reaped): wait for that too, so "stopped" holds.
+            pid, started = int(state.get("pid", 0)), state.get("start")
+            deadline = time.monotonic() + 10
+            while pid > 0 and paths.process_start_time(pid) == started and time.monotonic() < deadline:
+                time.sleep(0.002)
         (self._run / "init.json").unlink(missing_ok=True)
 
     def info(self) -> SandboxInfo:
