@@ -1,0 +1,201 @@
+"""The fake service's state: Sprites, each backed by a real local sandbox, and their checkpoints.
+
+Only the local backend's public contract is used (create, get, exec, start, read_file, write_file,
+checkpoint, checkpoints, restore, destroy), so commands and files inside a fake Sprite are real.
+Blocking calls: the server runs them on worker threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.errors import SandboxFileNotFound
+
+
+class Conflict(Exception):
+    """A Sprite with that name exists already (or is being created)."""
+
+
+class Missing(Exception):
+    """No such Sprite, checkpoint, session or file."""
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class FakeSprite:
+    name: str
+    local_name: str
+    config: dict[str, Any]
+    labels: list[str]
+    image: str | None
+    created: float = field(default_factory=time.time)
+    status: str = "creating"  # then "warm"; "running" while a command runs
+    id: str = field(default_factory=lambda: f"sprite-{secrets.token_hex(8)}")
+    sandbox: LocalSandbox | None = None
+    checkpoint_ids: dict[str, str] = field(default_factory=dict)  # Sprites id (v1, v2...) -> local id
+    running: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        status = "running" if self.running and self.status == "warm" else self.status
+        return {
+            "id": self.id, "name": self.name, "organization": "fake-org", "status": status,
+            "created_at": iso(self.created), "updated_at": iso(self.created),
+            "url": f"https://{self.name}-fake.sprites.app", "url_settings": {"auth": "sprite"},
+            "labels": list(self.labels), "config": dict(self.config),
+            **({"image": self.image} if self.image else {}),
+        }
+
+
+class World:
+    """Every Sprite of one fake server, in one local backend under names this world owns."""
+
+    def __init__(self, backend: LocalBackend, local_prefix: str) -> None:
+        self.backend = backend
+        self._prefix = local_prefix
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self.sprites: dict[str, FakeSprite] = {}
+
+    # sprites -----------------------------------------------------------------------------------
+    def reserve(self, name: str, config: dict[str, Any], labels: list[str], image: str | None) -> FakeSprite:
+        """Claim ``name`` atomically: of two concurrent creates exactly one gets it."""
+        with self._lock:
+            if name in self.sprites:
+                raise Conflict(name)
+            sprite = FakeSprite(name, f"{self._prefix}-{next(self._numbers)}", config, labels, image)
+            self.sprites[name] = sprite
+            return sprite
+
+    def build(self, sprite: FakeSprite) -> None:
+        """Create the Sprite's sandbox (the slow part of a create)."""
+        sandbox = self.backend.create(sprite.local_name)
+        sandbox.exec(["mkdir", "-p", "/root", "/home/sprite"])
+        sprite.sandbox = sandbox
+        sprite.status = "warm"
+
+    def get(self, name: str) -> FakeSprite:
+        sprite = self.sprites.get(name)
+        if sprite is None:
+            raise Missing(f"sprite {name} not found")
+        return sprite
+
+    def ready(self, name: str) -> tuple[FakeSprite, LocalSandbox]:
+        sprite = self.get(name)
+        if sprite.sandbox is None:
+            raise Missing(f"sprite {name} is still being created")
+        return sprite, sprite.sandbox
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            sprite = self.sprites.pop(name, None)
+        if sprite is None:
+            raise Missing(f"sprite {name} not found")
+        if sprite.sandbox is not None:
+            sprite.sandbox.destroy()
+
+    def destroy_all(self) -> list[str]:
+        errors = []
+        for name in list(self.sprites):
+            try:
+                self.delete(name)
+            except Exception as exc:  # keep cleaning up; report at the end
+                errors.append(f"{name}: {exc}")
+        for name in self.backend.names():  # a build that finished after its Sprite was deleted
+            if name.startswith(self._prefix + "-"):
+                self.backend.get(name).destroy()
+        return errors
+
+    def page(self, prefix: str, max_results: int, after: str) -> tuple[list[FakeSprite], bool]:
+        names = sorted(n for n in self.sprites if n.startswith(prefix) and n > after)
+        chosen = names[:max_results]
+        return [self.sprites[n] for n in chosen], len(names) > len(chosen)
+
+    # checkpoints -------------------------------------------------------------------------------
+    def checkpoint(self, name: str, comment: str) -> str:
+        sprite, sandbox = self.ready(name)
+        local = sandbox.checkpoint(comment)
+        public = f"v{len(sprite.checkpoint_ids) + 1}"
+        sprite.checkpoint_ids[public] = local.id
+        return public
+
+    def checkpoints(self, name: str) -> list[dict[str, Any]]:
+        sprite, sandbox = self.ready(name)
+        by_local = {c.id: c for c in sandbox.checkpoints()}
+        out = []
+        for public, local_id in sprite.checkpoint_ids.items():
+            cp = by_local.get(local_id)
+            if cp is not None:
+                out.append({"id": public, "create_time": iso(cp.created_at), "comment": cp.comment})
+        return out
+
+    def find_checkpoint(self, name: str, public: str) -> dict[str, Any]:
+        for cp in self.checkpoints(name):
+            if cp["id"] == public:
+                return cp
+        raise Missing(f"checkpoint {public} not found")
+
+    def restore(self, name: str, public: str) -> None:
+        sprite, sandbox = self.ready(name)
+        self.find_checkpoint(name, public)
+        sandbox.restore(sprite.checkpoint_ids[public])
+
+    # files -------------------------------------------------------------------------------------
+    def write(self, name: str, path: str, data: bytes, mode: int, parents: bool) -> None:
+        _, sandbox = self.ready(name)
+        parent = path.rsplit("/", 1)[0] or "/"
+        check = ["mkdir", "-p", "--", parent] if parents else ["test", "-d", parent]
+        if sandbox.exec(check).exit_code != 0:
+            raise Missing(f"{parent}: no such directory")
+        sandbox.write_file(path, data, mode)
+
+    def read(self, name: str, path: str) -> bytes:
+        _, sandbox = self.ready(name)
+        try:
+            return sandbox.read_file(path)
+        except SandboxFileNotFound as exc:
+            raise Missing(path) from exc
+
+    def listing(self, name: str, path: str) -> list[dict[str, Any]]:
+        _, sandbox = self.ready(name)
+        result = sandbox.exec(["python3", "-c", _LIST_SCRIPT, path])
+        if result.exit_code != 0:
+            raise Missing(path)
+        entries: list[dict[str, Any]] = json.loads(result.stdout)
+        return entries
+
+    def remove(self, name: str, path: str, recursive: bool) -> None:
+        _, sandbox = self.ready(name)
+        if sandbox.exec(["test", "-e", path]).exit_code != 0:
+            raise Missing(path)
+        flag = "-rf" if recursive else "-f"
+        result = sandbox.exec(f"rm {flag} -- {shlex.quote(path)} 2>&1 || rmdir -- {shlex.quote(path)}")
+        if result.exit_code != 0:
+            raise OSError(result.stdout.strip())
+
+
+# What fs/list answers: the entries of a directory, or the file itself.
+_LIST_SCRIPT = r"""
+import json, os, stat, sys, datetime
+p = sys.argv[1]
+def entry(path):
+    st = os.lstat(path)
+    return {"name": os.path.basename(path) or "/", "path": path, "size": st.st_size,
+            "mode": oct(stat.S_IMODE(st.st_mode))[2:].rjust(4, "0"), "isDir": stat.S_ISDIR(st.st_mode),
+            "modTime": datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc).isoformat()}
+if os.path.isdir(p) and not os.path.islink(p):
+    print(json.dumps([entry(os.path.join(p, n)) for n in sorted(os.listdir(p))]))
+else:
+    print(json.dumps([entry(p)]))
+"""

@@ -1,0 +1,51 @@
+"""Fixtures of the Sprites tests: one loopback fake Sprites API per test session, backed by the
+session's local store, and the real sprites-py SDK pointed at it.
+
+Every test starts with no recorded requests and no pending faults, and every Sprite it made is
+destroyed (with its local sandbox) when it ends, even on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ["SPRITES_CLIENT_SIGNALS"] = "0"  # the SDK would otherwise add agent-detection headers
+
+_REPO = str(Path(__file__).resolve().parents[2])
+if _REPO not in sys.path:  # the fake is imported as tests.fakes.sprites, however pytest was started
+    sys.path.insert(0, _REPO)
+
+from sprites import SpritesClient  # noqa: E402
+
+from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
+from tests.fakes.sprites import FakeSprites  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sprites_server(local_backend: LocalBackend) -> Iterator[FakeSprites]:
+    server = FakeSprites(local_backend, local_prefix=f"fsp{os.getpid()}", disconnect_grace=10.0).start()
+    yield server
+    errors = server.stop()
+    assert not errors, f"the fake Sprites server could not clean up: {errors}"
+
+
+@pytest.fixture
+def fake(sprites_server: FakeSprites) -> Iterator[FakeSprites]:
+    sprites_server.reset()
+    try:
+        yield sprites_server
+    finally:
+        sprites_server.reset()
+        errors = sprites_server.world.destroy_all()
+        assert not errors, f"cleanup failed: {errors}"
+
+
+@pytest.fixture
+def client(fake: FakeSprites) -> Iterator[SpritesClient]:
+    with SpritesClient(fake.token, base_url=fake.url) as sdk:
+        yield sdk
