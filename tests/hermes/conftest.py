@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes.model_server import ModelServer
+from loop_kit import AgentLoop
 
 from hermes_sandboxes.backends.local import LocalBackend
 
@@ -119,5 +121,26 @@ def hermes(local_backend: LocalBackend, hermes_homes: Path,
         harness.cleanup_environments()
         harness.forget_cwds()
         for name in harness.sandbox_names():
+            local_backend.get(name).destroy()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def agent_loop(local_backend: LocalBackend, hermes_homes: Path, model_server: ModelServer) -> Iterator[AgentLoop]:
+    """A Hermes profile for ``hermes chat -q`` runs against the scripted model; its sandboxes are
+    destroyed at the end."""
+    _ = local_backend.store  # mount now, so the session fixture knows to unmount it at the end
+    home = Path(tempfile.mkdtemp(prefix="loop-", dir=hermes_homes))
+    loop = AgentLoop(home, local_backend, "l" + secrets.token_hex(3), model_server)
+    try:
+        yield loop
+    finally:
+        for name in loop.sandbox_names():
             local_backend.get(name).destroy()
         shutil.rmtree(home, ignore_errors=True)
