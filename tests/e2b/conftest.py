@@ -1,0 +1,53 @@
+"""Fixtures of the E2B tests: one fake E2B per session (its sandboxes are real local sandboxes in a
+throw-away store), with the request log and armed faults reset for every test, and a check that
+every test removed the sandboxes it made."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_REPO = str(Path(__file__).resolve().parents[2])
+if _REPO not in sys.path:  # the fake is imported as tests.fakes.e2b, however pytest was started
+    sys.path.insert(0, _REPO)
+
+from tests.conftest import _require_root, make_backend, teardown_backend  # noqa: E402
+from tests.fakes.e2b import API_KEY, FakeE2B  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def e2b_server() -> Iterator[FakeE2B]:
+    _require_root()
+    backend = make_backend(Path(tempfile.mkdtemp(prefix="hse-", dir="/tmp")), image_size="8G")
+    try:
+        with FakeE2B(backend) as fake:
+            yield fake
+        assert not backend.names(), f"the fake left local sandboxes behind: {backend.names()}"
+    finally:
+        teardown_backend(backend)
+
+
+@pytest.fixture
+def fake(e2b_server: FakeE2B) -> Iterator[FakeE2B]:
+    """The session's fake with an empty request log and no armed faults; sandboxes a test leaves
+    behind are an error (and are removed)."""
+    before = {sb.sandbox_id for sb in e2b_server.sandboxes()}
+    e2b_server.clear_requests()
+    e2b_server.world.faults.clear()
+    yield e2b_server
+    e2b_server.world.faults.clear()
+    left = [sb for sb in e2b_server.sandboxes() if sb.sandbox_id not in before]
+    for sb in left:
+        e2b_server.world.kill(sb)
+    assert not left, f"the test left sandboxes behind: {[sb.sandbox_id for sb in left]}"
+
+
+@pytest.fixture
+def sdk_opts(fake: FakeE2B) -> dict[str, Any]:
+    """What the real SDK needs to talk to the fake instead of api.e2b.app."""
+    return {"api_key": API_KEY, "api_url": fake.url, "sandbox_url": fake.url}
