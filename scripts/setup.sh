@@ -8,6 +8,8 @@ need_apt=()
 command -v mkfs.btrfs >/dev/null 2>&1 || need_apt+=(btrfs-progs)
 command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# libseccomp compiles the local sandbox's syscall filter (through the pyseccomp binding)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need_apt+=(libseccomp2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: need root to install ${need_apt[*]}" >&2; exit 1

@@ -3,6 +3,9 @@
 Running them in the sandbox (not through /proc/PID/root from the host) means every path, symlinks
 included, resolves inside the sandbox: a link to /etc/shadow reaches the sandbox's file, never the
 host's. Content streams through the child's stdin/stdout, so file size does not cost memory.
+The child holds no more capabilities than a command (init.py cuts them before calling ``run``),
+reads only regular files (a FIFO would block it, a device or another process's descriptor under
+/proc is not a file's content), and is killed by an alarm after ``TIMEOUT_S``.
 Exit codes: 0 ok, 2 not found, 21 is a directory, 1 anything else (message on stderr).
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
 if TYPE_CHECKING:
@@ -17,6 +21,7 @@ if TYPE_CHECKING:
 
 NOT_FOUND = 2
 IS_DIRECTORY = 21
+TIMEOUT_S = 300  # the helper's own deadline; the host gives up a little later (sandbox.py)
 _CHUNK = 1 << 20
 
 
@@ -28,7 +33,18 @@ def _copy(src: int, dst: int) -> None:
 
 
 def _read(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    # O_PATH opens nothing (no FIFO wait, no device open): the type is checked on that handle,
+    # then the same inode is opened for reading through it, so a swap in between changes nothing.
+    handle = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(handle).st_mode
+        if stat.S_ISDIR(mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    finally:
+        os.close(handle)
     try:
         _copy(fd, 1)
     finally:

@@ -1,9 +1,11 @@
 """The sandbox's init: started once per sandbox, PID 1 of its pid namespace, lives until stopped.
 
-``python -m hermes_sandboxes.backends.local.init RUN_DIR`` (the launcher) joins the sandbox's
-cgroups, creates the namespaces, binds the control socket at a host path, and forks the init. The
-init builds the root filesystem, drops what root inside must not have, tells the launcher it is
-ready and serves requests: each ``exec`` forks a child that is placed in its own freezer cgroup
+The launcher (started by launcher.py, with its configuration on stdin and no host path on its
+command line, which the sandbox can read as /proc/1/cmdline) joins the sandbox's cgroups, creates
+the namespaces, binds the control socket at a host path, and forks the init. The init builds the
+root filesystem, drops what root inside must not have (capabilities, then a fresh session keyring,
+then the seccomp filter compiled on the host by syscall_filter.py), tells the launcher it is ready
+and serves requests: each ``exec`` forks a child that is placed in its own freezer cgroup
 (so a timeout can kill all it starts) before it runs the command with the client's descriptors.
 The launcher records the init's host pid and exits; the init outlives whoever started it, which
 is what keeps background processes and persistent sandboxes alive between calls.
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 # command can regain it, setuid binaries included (no_new_privs is set as well).
 KEPT_CAPABILITIES = frozenset({0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31})
 _CAP_SETPCAP = 8
+_CAP_NET_BIND_SERVICE = 10
 _CAP_NET_RAW = 13
 _EXEC_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -48,16 +51,24 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
 
 
-def _drop_privileges(host_network: bool) -> None:
+def command_capabilities(host_network: bool) -> frozenset[int]:
+    """What a command (and the file helper) may hold. With the host's network, raw sockets would let
+    root inside read the host's traffic (loopback tokens of other programs included), and a bind to
+    a privileged port would let it pose as a host service: both are dropped there too."""
+    return KEPT_CAPABILITIES - {_CAP_NET_RAW, _CAP_NET_BIND_SERVICE} if host_network else KEPT_CAPABILITIES
+
+
+def _drop_privileges(kept: frozenset[int], seccomp: bytes) -> None:
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last = int(f.read())
-    # With the host's network, raw sockets would let root inside read the host's traffic
-    # (loopback tokens of other programs included): drop CAP_NET_RAW there too.
-    kept = KEPT_CAPABILITIES - {_CAP_NET_RAW} if host_network else KEPT_CAPABILITIES
     for cap in range(last + 1):
         if cap not in kept and cap != _CAP_SETPCAP:
             sc.prctl(sc.PR_CAPBSET_DROP, cap)
     sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+    # A keyring of its own before keyctl is denied: the one inherited from whoever started the
+    # launcher is the host's (the filter then keeps every keyring call out of reach anyway).
+    sc.join_new_session_keyring()
+    sc.load_seccomp_filter(seccomp)
 
 
 def _send_quietly(conn: socket.socket, message: dict[str, Any]) -> None:
@@ -74,8 +85,9 @@ def _exit_code(status: int) -> int:
 
 
 class Init:
-    def __init__(self, listener: socket.socket, freezer_fd: int) -> None:
+    def __init__(self, listener: socket.socket, freezer_fd: int, helper_caps: frozenset[int]) -> None:
         self.listener = listener
+        self.helper_caps = helper_caps
         self.freezer_fd = freezer_fd
         self.home_procs = os.open("cgroup.procs", os.O_WRONLY, dir_fd=freezer_fd)
         self.sel = selectors.DefaultSelector()
@@ -147,7 +159,8 @@ class Init:
             os.close(procs)
         try:
             builtin = message.get("builtin")
-            pid = _fork_builtin(str(builtin), message, fds) if builtin else _spawn_command(message, fds)
+            pid = (_fork_builtin(str(builtin), message, fds, self.helper_caps) if builtin
+                   else _spawn_command(message, fds))
         except BaseException:
             self.idle_groups.add(group)  # removed with the other empty groups
             raise
@@ -246,13 +259,19 @@ def _spawn_command(message: dict[str, Any], fds: list[int]) -> int:
         os.chdir("/")
 
 
-def _fork_builtin(name: str, message: dict[str, Any], fds: list[int]) -> int:
+def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: frozenset[int]) -> int:
+    """Run a file operation in a forked child. A fork keeps the init's full capabilities (only an
+    exec applies the bounding set), so the child first cuts them to what a command gets: it can
+    then do nothing root inside could not, reaching /proc/1 included. It dies after a deadline."""
     pid = os.fork()
     if pid == 0:
         try:
             signal.set_wakeup_fd(-1)
             for sig in _DEFAULT_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
+            sc.set_capabilities(caps)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(fileops.TIMEOUT_S)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             os.closerange(3, 65536)
@@ -273,13 +292,23 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     freezer_fd = os.open(cfg["freezer"], os.O_RDONLY | os.O_DIRECTORY)
     socket.sethostname(cfg["hostname"])
     rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"])
+    rootfs.hide(cfg.get("hide", ()))
+    # Every module the init needs is loaded: no later import may search the sandbox's files (its
+    # /root could hold a planted copy of the standard library's path).
+    sys.path.clear()
+    sys.path_importer_cache.clear()
     if cfg["network"] == "loopback":
         _loopback_up()
-    _drop_privileges(cfg["network"] == "host")
+    caps = command_capabilities(cfg["network"] == "host")
+    _drop_privileges(caps, cfg["seccomp"])
     sc.prctl(sc.PR_SET_DUMPABLE, 0)  # /proc/1 stays out of reach of root inside (no ptrace, no fd links)
+    # A signal from inside reaches PID 1 only where it has a handler: Python's for SIGINT would
+    # let `kill -INT 1` end the sandbox. Ignored here; commands get the default back at spawn.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.write(ready_w, b"ok")
     os.close(ready_w)
-    Init(listener, freezer_fd).serve()
+    Init(listener, freezer_fd, caps).serve()
 
 
 def launch(cfg: dict[str, Any]) -> int:
@@ -287,7 +316,8 @@ def launch(cfg: dict[str, Any]) -> int:
     for path in cfg["cgroups"]:
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write("0")
-    flags = sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWUTS | sc.CLONE_NEWIPC
+    # the cgroup namespace keeps the host's cgroup paths out of /proc/self/cgroup inside
+    flags = sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWCGROUP
     if cfg["network"] != "host":
         flags |= sc.CLONE_NEWNET
     sc.unshare(flags)
@@ -321,9 +351,10 @@ def launch(cfg: dict[str, Any]) -> int:
     return pid
 
 
-def main() -> None:
-    with open(sys.argv[1], "rb") as f:
-        cfg = marshal.load(f)
+def main(cfg: dict[str, Any] | None = None) -> None:
+    """The launcher's entry: the configuration comes from launcher.py (read from stdin there)."""
+    if cfg is None:
+        cfg = marshal.load(sys.stdin.buffer)
     try:
         pid = launch(cfg)
     except Exception as exc:

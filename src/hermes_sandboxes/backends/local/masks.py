@@ -3,13 +3,21 @@
 Masking is done in the sandbox's writable layer rather than with mounts: a masked directory is an
 *opaque* directory in the upper layer (the sandbox sees it empty, and what it writes there is its
 own, persisted and checkpointed like everything else), a masked file is a whiteout (the sandbox
-sees it deleted). /etc/shadow and /etc/gshadow keep their user lists with every password hash
-replaced by ``*``, so tools that read them still work.
+sees it deleted). /etc/shadow and /etc/gshadow (and their backups, shadow- and gshadow-) keep their
+user lists with every password hash replaced by ``*``, so tools that read them still work.
+
+Other sandbox stores on the machine are hidden differently: every store records its home in a
+machine-wide registry, and each init covers the homes of the others (and every file that backs a
+loop device, such as a store image) with empty mounts when it starts (``hidden_from_sandboxes``,
+applied by rootfs.hide). Those mounts change nothing in the layer, so a store created later never
+shows up in a sandbox's diffs or checkpoints; a sandbox started before it hides it from its next
+start on.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import stat
 from collections.abc import Iterable
@@ -22,7 +30,68 @@ OPAQUE_XATTR = "trusted.overlay.opaque"
 DEFAULT_MASKED_DIRS = ("/home", "/root", "/tmp", "/var/tmp", "/run/secrets", "/var/lib/hermes-sandboxes")
 # Files (globs allowed) that appear deleted inside the sandbox.
 DEFAULT_MASKED_FILES = ("/etc/ssh/ssh_host_*_key", "/etc/ssh/ssh_host_*_key.pub")
-SCRUBBED_FILES = ("/etc/shadow", "/etc/gshadow")
+SCRUBBED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+# One file per store home (named by a digest of its path, holding the path): see the docstring.
+STORE_REGISTRY = Path("/var/lib/hermes-sandboxes-stores")
+_LOOP_DEVICES = Path("/sys/block")
+
+
+def register_store(home: Path) -> None:
+    """Record ``home`` as a sandbox store, so that every other store's sandboxes hide it."""
+    path = str(Path(home).resolve())
+    entry = STORE_REGISTRY / hashlib.sha256(path.encode()).hexdigest()[:32]
+    try:
+        if entry.read_text() == path:
+            return
+    except OSError:
+        pass
+    STORE_REGISTRY.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
+    tmp.write_text(path)
+    os.replace(tmp, entry)
+
+
+def registered_stores() -> list[str]:
+    """Homes of every registered store that still exists (entries of removed homes are dropped)."""
+    homes = []
+    try:
+        entries = list(STORE_REGISTRY.iterdir())
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            home = entry.read_text()
+        except OSError:
+            continue
+        if os.path.isdir(home):
+            homes.append(home)
+        else:
+            entry.unlink(missing_ok=True)
+    return sorted(homes)
+
+
+def loop_backing_files() -> list[str]:
+    """Files that back a loop device (store images among them), as the host names them."""
+    files = []
+    for backing in _LOOP_DEVICES.glob("loop*/loop/backing_file"):
+        try:
+            name = backing.read_text().strip()
+        except OSError:
+            continue
+        if name.endswith(" (deleted)"):
+            continue
+        files.append(name)
+    return sorted(set(files))
+
+
+def hidden_from_sandboxes(own_home: Path) -> list[str]:
+    """What a sandbox of the store at ``own_home`` must not see, beyond its masks: the registry,
+    every other store's home and every loop image. Its own home is masked in its layer already."""
+    own = str(Path(own_home).resolve())
+    paths = [str(STORE_REGISTRY), *registered_stores(), *loop_backing_files()]
+    return [p for p in dict.fromkeys(paths) if p != own and not p.startswith(own + "/")]
 
 
 def mask_paths(store_home: Path, extra: Iterable[str]) -> list[str]:

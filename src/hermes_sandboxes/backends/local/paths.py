@@ -3,7 +3,7 @@
     <home>/store.img, <home>/mnt/          the btrfs store (see store.py)
     <home>/sandboxes/<name>/sandbox.json   a sandbox exists exactly when this file does
     <home>/run/<name>/                     runtime: init.json (pid, start time, boot id),
-                                           config.bin, init.log, root/ (mount point, empty on host)
+                                           init.log, root/ (mount point, empty on host)
     <home>/s/<digest>                      the init's control socket (a short path: see below)
     <home>/locks/<name>.lock               per-sandbox lock (flock: released if the holder dies)
 """
@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import marshal
 import os
 import threading
 import time
@@ -81,11 +80,6 @@ def _write_atomically(path: Path, data: bytes, durable: bool) -> None:
 def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     """Atomically replace ``path``: readers see the old content or the new, never a mix."""
     _write_atomically(path, json.dumps(data, indent=1, sort_keys=True).encode(), durable)
-
-
-def write_marshal(path: Path, data: Any) -> None:
-    """The init's configuration, in a form it reads without importing json."""
-    _write_atomically(path, marshal.dumps(data), durable=False)
 
 
 def read_json(path: Path) -> Any:

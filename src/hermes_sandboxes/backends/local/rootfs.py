@@ -4,12 +4,14 @@ Runs in the sandbox's init (PID 1 of the new pid namespace) before it serves any
 an overlay: the read-only base (the host's / or a rootfs directory) under the sandbox's writable
 layer. Then a fresh /proc (with /proc/sys read-only and kernel knobs masked), a read-only /sys, and a
 minimal /dev of harmless devices; the host's mounts are detached after the pivot so nothing of the
-host stays reachable.
+host stays reachable. The overlay's layers are named by descriptor (/proc/self/fd/N) in its mount
+options, which the sandbox reads in /proc/self/mountinfo: no host path shows there.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 from hermes_sandboxes.backends.local import syscalls as sc
 
@@ -77,7 +79,15 @@ def build_and_enter(*, lower: str, upper: str, work: str, merged: str) -> None:
     """Mount the overlay root at ``merged`` and make it this process's ``/``."""
     sc.mount("none", "/", None, sc.MS_REC | sc.MS_PRIVATE)  # nothing we mount leaks to the host
     _ensure_dir(merged)
-    sc.mount("overlay", merged, "overlay", 0, f"lowerdir={lower},upperdir={upper},workdir={work}")
+    layers = {"upperdir": upper, "workdir": work} if lower == "/" else {
+        "lowerdir": lower, "upperdir": upper, "workdir": work}
+    fds = {key: os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for key, path in layers.items()}
+    try:
+        options = ",".join(f"{key}=/proc/self/fd/{fd}" for key, fd in fds.items())
+        sc.mount("overlay", merged, "overlay", 0, ("lowerdir=/," if lower == "/" else "") + options)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     _mount_proc(merged)
     _mount_sys(merged)
     _mount_dev(merged)
@@ -85,3 +95,20 @@ def build_and_enter(*, lower: str, upper: str, work: str, merged: str) -> None:
     sc.pivot_root(".", ".")  # stacks the old root on top of the new one...
     sc.umount(".", sc.MNT_DETACH)  # ...so detaching "." leaves only the sandbox's root
     os.chdir("/")
+
+
+def hide(paths: list[str] | tuple[str, ...]) -> None:
+    """Cover each path that exists in the sandbox's root (entered already) with something empty: a
+    read-only tmpfs over a directory, /dev/null over a file. Paths resolve inside the sandbox; a
+    path the sandbox turned into a symlink is skipped, since what the host had there is hidden
+    behind that symlink already. Root inside can neither unmount nor mount (capabilities, seccomp)."""
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode):
+            sc.mount("tmpfs", path, "tmpfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC,
+                     "mode=0755,size=4k")
+        elif not stat.S_ISLNK(mode):
+            sc.mount("/dev/null", path, None, sc.MS_BIND)

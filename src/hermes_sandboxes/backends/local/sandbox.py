@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.local import cgroups, client, fileops, masks, paths, protocol, treediff
+from hermes_sandboxes.backends.local import cgroups, client, fileops, launcher, masks, paths, protocol, treediff
 from hermes_sandboxes.backends.local.store import tree_bytes
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
@@ -47,15 +45,6 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
-_INIT_ENV = {"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"}  # what /proc/1/environ shows inside
-# -S skips site-packages processing (.pth files of every installed package): the init needs only
-# this package, whose parent directory goes on sys.path. -E ignores PYTHON* variables of the host.
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
-_LAUNCHER = (
-    sys.executable, "-S", "-E", "-c",
-    f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
-    "from hermes_sandboxes.backends.local.init import main; main()",
-)
 
 
 class LocalSandbox(Sandbox):
@@ -152,15 +141,7 @@ class LocalSandbox(Sandbox):
             "cgroups": list(groups.dirs.values()),
             "freezer": str(groups.freezer),
         }
-        paths.write_marshal(self._run / "config.bin", config)
-        proc = subprocess.run(
-            [*_LAUNCHER, str(self._run / "config.bin")],
-            capture_output=True, text=True, env=_INIT_ENV, start_new_session=True, timeout=60,
-        )
-        if proc.returncode != 0:
-            raise SandboxError(f"sandbox {self.name} failed to start: {proc.stderr.strip() or 'no detail'} "
-                               f"(see {self._run / 'init.log'})")
-        pid = int(proc.stdout.strip())
+        pid = launcher.start_init(self.name, config, self._backend.home)
         state = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
                  "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
         paths.write_json(self._run / "init.json", state, durable=False)  # meaningless after a reboot
@@ -169,6 +150,7 @@ class LocalSandbox(Sandbox):
     def apply_masks(self) -> None:
         """Hide host secrets in the writable layer (idempotent). Done at creation, so that a
         checkpoint taken before the first command already has them and diffs never show them."""
+        masks.register_store(self._backend.home)  # so that other stores' sandboxes hide this one
         extra = list(self.spec.masks) + list(self._backend.extra_masks)
         mask_list = masks.mask_paths(self._backend.home, extra) if self.spec.base is None else extra
         masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.spec.base or "/"), mask_list)
@@ -290,7 +272,10 @@ class LocalSandbox(Sandbox):
         out, err = bytearray(), bytearray()
         proc = self._launch({"builtin": op, "path": path, "mode": mode}, data or None, out.extend, err.extend,
                             background=False)
-        code = proc.wait()
+        code = proc.wait(fileops.TIMEOUT_S + 10)  # the helper's alarm fires first; this is the backstop
+        if code is None:
+            proc.kill()
+            raise ExecFailed(f"sandbox {self.name}: {op} {path} did not finish in {fileops.TIMEOUT_S} s")
         message = err.decode(errors="replace").strip()
         if code == fileops.NOT_FOUND:
             raise SandboxFileNotFound(f"sandbox {self.name}: {message}")

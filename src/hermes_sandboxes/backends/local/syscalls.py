@@ -11,6 +11,7 @@ import os
 _libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
@@ -34,8 +35,15 @@ PR_SET_DUMPABLE = 4
 
 RENAME_EXCHANGE = 2
 
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+KEYCTL_JOIN_SESSION_KEYRING = 1
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 
 def _check(result: int, what: str) -> None:
@@ -96,3 +104,37 @@ def prctl(option: int, arg: int = 0) -> None:
                     ctypes.c_ulong(0)),
         f"prctl({option})",
     )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def load_seccomp_filter(program: bytes) -> None:
+    """Install a compiled BPF program (struct sock_filter[]) as this process's seccomp filter.
+    Needs no_new_privs (or CAP_SYS_ADMIN); every child inherits it and none can remove it."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
+    _check(
+        _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
+                    ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        "loading the seccomp filter",
+    )
+
+
+def join_new_session_keyring() -> None:
+    """Give this process (and all it starts) a fresh, anonymous session keyring."""
+    nr = _syscall_number(_SYS_KEYCTL)
+    result = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(0))
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
+
+
+def set_capabilities(caps: frozenset[int]) -> None:
+    """Make ``caps`` this process's effective and permitted sets (inheritable: none)."""
+    mask = sum(1 << cap for cap in caps)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0, mask >> 32, mask >> 32, 0)
+    nr = _syscall_number(_SYS_CAPSET)
+    _check(_libc.syscall(ctypes.c_long(nr), header, data), "capset")
