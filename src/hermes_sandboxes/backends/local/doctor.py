@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hermes_sandboxes.backends.local import cgroups
+from hermes_sandboxes.backends.local import cgroups, syscall_filter
 from hermes_sandboxes.sandbox import DoctorCheck
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
         checks.append(DoctorCheck(controller in bases, f"cgroup v1 {controller} (limits)",
                                   str(bases[controller]) if controller in bases
                                   else next((m for m in missing if controller in m), "missing")))
+    seccomp = syscall_filter.unavailable_reason()
+    checks.append(DoctorCheck(seccomp is None, "syscall filter (seccomp via libseccomp)",
+                              "available" if seccomp is None else seccomp))
     mkfs = shutil.which("mkfs.btrfs")
     checks.append(DoctorCheck(bool(mkfs), "btrfs-progs (constant-time checkpoints)",
                               mkfs or "mkfs.btrfs not found: apt-get install btrfs-progs"))

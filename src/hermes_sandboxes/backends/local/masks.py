@@ -91,7 +91,7 @@ def hidden_from_sandboxes(own_home: Path) -> list[str]:
     every other store's home and every loop image. Its own home is masked in its layer already."""
     own = str(Path(own_home).resolve())
     paths = [str(STORE_REGISTRY), *registered_stores(), *loop_backing_files()]
-    return [p for p in dict.fromkeys(paths) if p != own and not p.startswith(own + "/")]
+    return [p for p in dict.fromkeys(paths) if p not in ("/", own) and not p.startswith(own + "/")]
 
 
 def mask_paths(store_home: Path, extra: Iterable[str]) -> list[str]:
