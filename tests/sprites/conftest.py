@@ -40,6 +40,7 @@ def fake(sprites_server: FakeSprites) -> Iterator[FakeSprites]:
     try:
         yield sprites_server
     finally:
+        sprites_server.quiesce()
         sprites_server.reset()
         errors = sprites_server.world.destroy_all()
         assert not errors, f"cleanup failed: {errors}"

@@ -97,6 +97,7 @@ class FakeSprites:
         self.disconnect_grace = disconnect_grace
         self.requests: list[Recorded] = []
         self._faults: list[Fault] = []
+        self._in_flight = 0  # HTTP requests being answered
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=48, thread_name_prefix="fake-sprites")
         self._server: uvicorn.Server | None = None
@@ -135,6 +136,12 @@ class FakeSprites:
         errors = self.world.destroy_all()
         self._pool.shutdown(wait=False, cancel_futures=True)
         return errors
+
+    def quiesce(self, timeout: float = 60.0) -> None:
+        """Wait until no HTTP request is being answered (a slow create a test gave up on, say)."""
+        deadline = time.monotonic() + timeout
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def reset(self) -> None:
         """Forget recorded requests and pending faults (between tests)."""
@@ -189,9 +196,23 @@ class FakeSprites:
         loop = asyncio.get_running_loop()
         if not self._authorized(scope):
             reply = Reply.error(401, "unauthorized", "invalid or missing token")
+        elif path == "/_fake/requests":  # for a client in another process (benchmarks); not recorded
+            rows = [{"method": r.method, "path": r.path, "status": r.status, "body_size": r.body_size}
+                    for r in self.recorded()]
+            reply = Reply.json(200, rows)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": reply.body})
+            return
         else:
             fault = self._take_fault(method, path)
-            reply = await loop.run_in_executor(self._pool, self._answer, method, path, query, bytes(body), fault)
+            with self._lock:
+                self._in_flight += 1
+            try:
+                reply = await loop.run_in_executor(self._pool, self._answer, method, path, query, bytes(body), fault)
+            finally:
+                with self._lock:
+                    self._in_flight -= 1
         self._record(method, path, query, bytes(body), reply.status)
         headers = [(b"content-type", reply.content_type.encode()),
                    *((k.encode(), v.encode()) for k, v in reply.headers)]
