@@ -1,0 +1,211 @@
+"""The E2B backend: discovery by identity, create, adopt, list."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import e2b
+
+from hermes_sandboxes.backends.e2b.faults import map_error, transient
+from hermes_sandboxes.backends.e2b.identity import (
+    API_KEY_ENV,
+    CREATED_KEY,
+    EPHEMERAL_FLOOR_S,
+    EPHEMERAL_KEY,
+    NAME_KEY,
+    OWNER_KEY,
+    PLUGIN_KEY,
+    PLUGIN_VALUE,
+    SCOPE_KEY,
+    lifecycle,
+    scope_digest,
+)
+from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox, _info
+from hermes_sandboxes.backends.e2b_settings import E2BSettings
+from hermes_sandboxes.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    SandboxError,
+    SandboxExists,
+    SandboxNotFound,
+)
+from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.sandbox import (
+    Backend,
+    Capability,
+    SandboxInfo,
+    SandboxSpec,
+)
+from hermes_sandboxes.secrets import Redactor
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class E2BBackend(Backend):
+    """Sandboxes in one E2B account (``E2B_API_KEY``), as seen by one profile."""
+
+    name = "e2b"
+    capabilities = frozenset({Capability.CHECKPOINTS, Capability.BACKGROUND_PROCESSES,
+                              Capability.PERSISTENCE, Capability.NETWORK_POLICY})
+
+    def __init__(self, settings: E2BSettings | None = None, *, api_key: str | None = None,
+                 profile: str | None = None, api_url: str | None = None, sandbox_url: str | None = None,
+                 domain: str | None = None, request_timeout: float | None = None) -> None:
+        self.settings = settings or E2BSettings()
+        self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        self.profile = profile or os.path.expanduser("~/.hermes")
+        self._opts: dict[str, Any] = {k: v for k, v in (("api_url", api_url), ("sandbox_url", sandbox_url),
+                                                       ("domain", domain), ("request_timeout", request_timeout))
+                                     if v is not None}
+        self._redactor = Redactor({API_KEY_ENV: self._api_key} if self._api_key else {})
+        where = api_url or domain or os.environ.get("E2B_API_URL") or os.environ.get("E2B_DOMAIN") or "e2b.app"
+        self.key = "e2b-" + hashlib.sha256(f"{where}\0{self.profile}".encode()).hexdigest()[:12]
+        self.owner = hashlib.sha256(self.profile.encode()).hexdigest()[:16]
+
+    # plumbing ------------------------------------------------------------------------------------
+    @property
+    def opts(self) -> dict[str, Any]:
+        """Connection options for every SDK call (the key is passed, never read from a log)."""
+        if not self._api_key:
+            raise BackendUnavailable(self.unavailable_reason() or "no E2B API key")
+        return {"api_key": self._api_key, **self._opts}
+
+    def unavailable_reason(self) -> str | None:
+        if not self._api_key:
+            return f"{API_KEY_ENV} is not set; get a key at https://e2b.dev/dashboard and export it"
+        return None
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one SDK call; its failure comes out as one of our cause classes, redacted."""
+        try:
+            return fn()
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise map_error(exc, what, self._redactor) from None
+
+    def close(self) -> None:
+        """Nothing to release: the SDK's connection pool is process-wide."""
+
+    def __enter__(self) -> E2BBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # discovery -----------------------------------------------------------------------------------
+    def _find(self, metadata: Mapping[str, str], what: str) -> list[e2b.SandboxInfo]:
+        """Every running or paused sandbox with ``metadata``, newest first (all pages)."""
+        def query() -> list[e2b.SandboxInfo]:
+            pages = e2b.Sandbox.list(query=e2b.SandboxQuery(metadata=dict(metadata)), **self.opts)
+            found: list[e2b.SandboxInfo] = []
+            while pages.has_next:
+                found += pages.next_items()
+            return found
+
+        found = self.call(what, query)
+        return sorted(found, key=lambda s: s.started_at, reverse=True)
+
+    def _adoptable(self, scope: str, name: str) -> e2b.SandboxInfo | None:
+        found = self._find({PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope}, f"find sandbox {name}")
+        if len(found) > 1:
+            log.warning("E2B: %d sandboxes share the identity of %s; adopting the newest (%s). The others "
+                        "pause when their leases end; delete them in the E2B dashboard.",
+                        len(found), name, found[0].sandbox_id)
+        return found[0] if found else None
+
+    def _metadata(self, name: str, scope: str, ephemeral: bool) -> dict[str, str]:
+        return {**self.settings.metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name,
+                OWNER_KEY: self.owner, EPHEMERAL_KEY: "true" if ephemeral else "false",
+                CREATED_KEY: f"{time.time():.3f}"}
+
+    def lease(self, ephemeral: bool) -> int:
+        if ephemeral:  # an idle ephemeral sandbox must outlive the reaper that cleans it up
+            return self.settings.lease_seconds + EPHEMERAL_FLOOR_S
+        return self.settings.lease_seconds
+
+    # the contract --------------------------------------------------------------------------------
+    def _effective(self, spec: SandboxSpec | None) -> E2BSettings:
+        """The settings a sandbox is made with. A spec's network picks the posture ("host": internet,
+        "none": no egress); E2B knows no other and sizes sandboxes by template, so the rest is refused."""
+        if spec is None:
+            return self.settings
+        if spec.network not in ("none", "host"):
+            raise InvalidInput(f"the e2b backend gives network 'host' or 'none', not {spec.network!r}")
+        if any(v is not None for v in vars(spec.limits).values()):
+            raise InvalidInput("the e2b backend cannot set limits: E2B sizes a sandbox by its template")
+        return self.settings.model_copy(update={"allow_internet_access": spec.network == "host"})
+
+    def open(self, name: str, spec: SandboxSpec | None = None) -> E2BSandbox:
+        validate_name(name)
+        settings = self._effective(spec)
+        scope = scope_digest(self.profile, name, settings, persistent=True)
+        found = self._adoptable(scope, name)
+        if found is not None:
+            return self._attach(found.sandbox_id, name, scope, ephemeral=False, created=False,
+                                internet=settings.allow_internet_access)
+        return self._create(name, scope, settings, ephemeral=False)
+
+    def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> E2BSandbox:
+        validate_name(name)
+        settings = self._effective(spec)
+        scope = scope_digest(self.profile, name, settings, persistent=not ephemeral)
+        if self._adoptable(scope, name) is not None:
+            raise SandboxExists(f"an E2B sandbox named {name} already exists; use it, or remove it first")
+        return self._create(name, scope, settings, ephemeral=ephemeral)
+
+    def create_ephemeral(self, spec: SandboxSpec | None = None, prefix: str = "tmp") -> E2BSandbox:
+        return self.create(unique_name(prefix), spec, ephemeral=True)
+
+    def get(self, name: str) -> E2BSandbox:
+        validate_name(name)
+        found = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner, NAME_KEY: name}, f"find {name}")
+        if not found:
+            raise SandboxNotFound(f"no E2B sandbox named {name}; see `hermes-sandboxes ls`")
+        info = found[0]
+        ephemeral = info.metadata.get(EPHEMERAL_KEY) == "true"
+        return self._attach(info.sandbox_id, name, info.metadata.get(SCOPE_KEY, ""), ephemeral=ephemeral,
+                            created=False)
+
+    def list(self) -> builtins.list[SandboxInfo]:
+        found = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner}, "list sandboxes")
+        return [_info(s) for s in found if s.metadata.get(NAME_KEY)]
+
+    def _create(self, name: str, scope: str, settings: E2BSettings, *, ephemeral: bool) -> E2BSandbox:
+        lease = self.lease(ephemeral)
+        try:
+            sdk = e2b.Sandbox.create(
+                template=settings.template, timeout=lease, metadata=self._metadata(name, scope, ephemeral),
+                allow_internet_access=settings.allow_internet_access, lifecycle=lifecycle(not ephemeral),
+                **self.opts)
+        except Exception as exc:
+            error = map_error(exc, f"create sandbox {name}", self._redactor)
+            if transient(exc):
+                # the reply may be what was lost: the sandbox may exist and be billed; find it by identity
+                with contextlib.suppress(SandboxError):
+                    found = self._adoptable(scope, name)
+                    if found is not None:
+                        log.warning("E2B: the reply to creating %s was lost; found it as %s", name,
+                                    found.sandbox_id)
+                        return self._attach(found.sandbox_id, name, scope, ephemeral=ephemeral, created=True,
+                                            internet=settings.allow_internet_access)
+            raise error from None
+        return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=True,
+                          internet=settings.allow_internet_access)
+
+    def _attach(self, sandbox_id: str, name: str, scope: str, *, ephemeral: bool, created: bool,
+                internet: bool | None = None) -> E2BSandbox:
+        sdk = self.call(f"connect to sandbox {name}",
+                        lambda: e2b.Sandbox.connect(sandbox_id, timeout=self.lease(ephemeral), **self.opts))
+        if internet is None:
+            internet = self.settings.allow_internet_access
+        return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=created, internet=internet)

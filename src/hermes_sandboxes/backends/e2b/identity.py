@@ -1,0 +1,35 @@
+"""Who a sandbox is: the metadata that names it in E2B, and the lifecycle it is made with."""
+
+from __future__ import annotations
+
+import hashlib
+
+import e2b
+
+from hermes_sandboxes.backends.e2b_settings import E2BSettings
+
+API_KEY_ENV = "E2B_API_KEY"
+PLUGIN_KEY, PLUGIN_VALUE = "hermes_plugin", "e2b-terminal"  # shared with the existing E2B plugin
+SCOPE_KEY = "hermes_scope"
+NAME_KEY = "hermes_sandboxes_name"  # our contract name, for ls/get
+OWNER_KEY = "hermes_sandboxes_owner"  # digest of the profile: list() shows this profile's sandboxes
+EPHEMERAL_KEY = "hermes_sandboxes_ephemeral"
+CREATED_KEY = "hermes_sandboxes_created"
+EPHEMERAL_FLOOR_S = 60 + 60  # one Hermes reaper interval + one control-plane request timeout
+
+
+def scope_digest(profile: str, name: str, settings: E2BSettings, *, persistent: bool) -> str:
+    """The identity digest, byte-compatible with the existing E2B plugin's."""
+    raw = "\0".join((profile, name or "default", settings.template,
+                     "persistent" if persistent else "ephemeral",
+                     "net" if settings.allow_internet_access else "nonet",
+                     "secure" if settings.secure else "insecure"))
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
+
+
+def lifecycle(persistent: bool) -> e2b.SandboxLifecycle:
+    """Persistent: pause at the lease's end, filesystem only (a resume cold-boots), and only an
+    explicit connect resumes it. Ephemeral: killed at the lease's end."""
+    if persistent:
+        return {"on_timeout": {"action": "pause", "mode": "filesystem"}, "auto_resume": False}
+    return {"on_timeout": "kill", "auto_resume": False}

@@ -1,0 +1,242 @@
+"""One E2B sandbox behind the contract: commands, files, pause, snapshots as checkpoints."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+import e2b
+
+from hermes_sandboxes.backends.e2b.identity import (
+    CREATED_KEY,
+    EPHEMERAL_KEY,
+    NAME_KEY,
+    lifecycle,
+)
+from hermes_sandboxes.backends.e2b.process import E2BProcess
+from hermes_sandboxes.errors import (
+    CheckpointNotFound,
+    InvalidInput,
+    SandboxError,
+)
+from hermes_sandboxes.sandbox import (
+    Checkpoint,
+    Command,
+    ExecResult,
+    OutputSink,
+    Process,
+    Sandbox,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+)
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends.e2b.backend import E2BBackend
+
+T = TypeVar("T")
+SNAPSHOT_PREFIX = "hs-"
+CHECKPOINT_INDEX = ".cache/hermes-sandboxes/checkpoints.json"  # comments, under the sandbox's home
+
+
+def _info(s: e2b.SandboxInfo) -> SandboxInfo:
+    created = s.metadata.get(CREATED_KEY)
+    return SandboxInfo(
+        name=s.metadata.get(NAME_KEY, s.sandbox_id), backend="e2b",
+        ephemeral=s.metadata.get(EPHEMERAL_KEY) == "true",
+        state=SandboxState.RUNNING if s.state == e2b.SandboxState.RUNNING else _paused_state(),
+        created_at=float(created) if created else s.started_at.timestamp(), spec=SandboxSpec())
+
+
+def _paused_state() -> SandboxState:
+    return getattr(SandboxState, "PAUSED", SandboxState.STOPPED)  # PAUSED arrives with the new contract
+
+
+class E2BSandbox(Sandbox):
+    def __init__(self, backend: E2BBackend, sdk: e2b.Sandbox, name: str, scope: str, *, ephemeral: bool,
+                 created: bool, internet: bool) -> None:
+        self._backend = backend
+        self._sdk = sdk
+        self.name = name
+        self.scope = scope
+        self.ephemeral = ephemeral
+        self.created = created
+        self.home = "/home/user"
+        self.internet = internet
+        self._local = threading.local()
+
+    @property
+    def backend(self) -> E2BBackend:
+        return self._backend
+
+    @property
+    def sandbox_id(self) -> str:
+        return str(self._sdk.sandbox_id)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        return self._backend.call(f"{what} (sandbox {self.name}, {self.sandbox_id})", fn)
+
+    def extend_lease(self, seconds: int) -> None:
+        """Extend-only: a running sandbox keeps the longer of its lease and ``seconds``; a paused one
+        resumes. The SDK object is replaced, since a resumed sandbox may have new envd credentials."""
+        sandbox_id = self.sandbox_id
+        self._sdk = self._call("extend the lease", lambda: e2b.Sandbox.connect(
+            sandbox_id, timeout=seconds, **self._backend.opts))
+
+    def info(self) -> SandboxInfo:
+        return _info(self._call("describe", lambda: self._sdk.get_info()))
+
+    # commands ------------------------------------------------------------------------------------
+    def exec(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+             stdin: bytes | None = None, timeout: float | None = None, on_stdout: OutputSink | None = None,
+             on_stderr: OutputSink | None = None, capture_limit: int = 256 * 1024) -> ExecResult:
+        settings = self._backend.settings
+        need = 0 if timeout is None else int(timeout) + 1 + settings.command_grace_seconds
+        self.extend_lease(max(self._backend.lease(self.ephemeral), need))
+        # the stream's own deadline is a safety net should this host vanish mid-command
+        self._local.deadline = None if timeout is None else timeout + settings.command_grace_seconds
+        try:
+            return super().exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, on_stdout=on_stdout,
+                                on_stderr=on_stderr, capture_limit=capture_limit)
+        finally:
+            self._local.deadline = None
+
+    def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              on_stderr: OutputSink | None = None) -> Process:
+        self.extend_lease(self._backend.lease(self.ephemeral))
+        return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, None)
+
+    def _start_for_exec(self, command: Command, *, cwd: str | None, env: Mapping[str, str] | None,
+                        stdin: bytes | None, on_stdout: OutputSink, on_stderr: OutputSink) -> Process:
+        return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, getattr(self._local, "deadline", None))
+
+    def _launch(self, command: Command, cwd: str | None, env: Mapping[str, str] | None, stdin: bytes | None,
+                on_stdout: OutputSink | None, on_stderr: OutputSink | None, deadline: float | None) -> E2BProcess:
+        if isinstance(command, str):
+            line = command
+        else:
+            argv = [str(a) for a in command]
+            if not argv:
+                raise InvalidInput("empty command: give a program to run")
+            line = shlex.join(argv)
+        if cwd is not None and not cwd.startswith("/"):
+            raise InvalidInput(f"working directory must be absolute, got {cwd!r}")
+        sdk = self._sdk
+        handle = self._call("start a command", lambda: sdk.commands.run(
+            line, background=True, envs=dict(env or {}), cwd=cwd or self._backend.settings.cwd,
+            stdin=stdin is not None, timeout=deadline or 0, retain_output=False))
+        if stdin is not None:
+            self._call("send input", lambda: sdk.commands.send_stdin(handle.pid, stdin))
+            self._call("close input", lambda: sdk.commands.close_stdin(handle.pid))
+        return E2BProcess(self, handle, on_stdout, on_stderr)
+
+    # files ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _absolute(path: str) -> str:
+        if not path.startswith("/"):
+            raise InvalidInput(f"sandbox paths must be absolute, got {path!r}")
+        return path
+
+    def read_file(self, path: str) -> bytes:
+        path = self._absolute(path)
+        return bytes(self._call(f"read {path}", lambda: self._sdk.files.read(path, format="bytes")))
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        path = self._absolute(path)
+        self._call(f"write {path}", lambda: self._sdk.files.write(path, data, use_octet_stream=True))
+        if mode != 0o644:  # envd writes 0644; anything else costs one more round trip
+            self._call(f"chmod {path}", lambda: self._sdk.commands.run(
+                shlex.join(["chmod", f"{mode:o}", "--", path]), timeout=60))
+
+    def delete_file(self, path: str) -> None:
+        path = self._absolute(path)
+        self._call(f"delete {path}", lambda: self._sdk.files.remove(path))
+
+    # lifecycle -----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Pause: the files stay, processes end (a filesystem-only pause). The next command resumes."""
+        sandbox_id = self.sandbox_id
+        self._call("pause", lambda: e2b.Sandbox.pause(sandbox_id, **self._backend.opts))
+
+    def destroy(self) -> None:
+        """Kill the sandbox and delete its checkpoints. Idempotent."""
+        for checkpoint in self.checkpoints():
+            self.delete_checkpoint(checkpoint.id)
+        sandbox_id = self.sandbox_id
+        self._call("kill", lambda: e2b.Sandbox.kill(sandbox_id, **self._backend.opts))
+
+    # checkpoints ---------------------------------------------------------------------------------
+    def _snapshot_prefix(self) -> str:
+        return f"{SNAPSHOT_PREFIX}{self.scope[:16]}-"
+
+    def _comments(self) -> dict[str, str]:
+        try:
+            raw = self.read_file(f"{self.home}/{CHECKPOINT_INDEX}")
+            data = json.loads(raw)
+        except (SandboxError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _save_comments(self, comments: Mapping[str, str]) -> None:
+        self.write_file(f"{self.home}/{CHECKPOINT_INDEX}", json.dumps(dict(comments)).encode())
+
+    def checkpoint(self, comment: str = "") -> Checkpoint:
+        created = time.time()
+        name = f"{self._snapshot_prefix()}{int(created * 1000)}"
+        snapshot = self._call("snapshot", lambda: self._sdk.create_snapshot(name=name))
+        if comment:
+            self._save_comments({**self._comments(), snapshot.snapshot_id: comment})
+        return Checkpoint(id=snapshot.snapshot_id, created_at=created, comment=comment)
+
+    def _snapshots(self) -> Iterator[tuple[str, float]]:
+        def query() -> builtins.list[e2b.SnapshotInfo]:
+            pages = e2b.Sandbox.list_snapshots(**self._backend.opts)
+            found: builtins.list[e2b.SnapshotInfo] = []
+            while pages.has_next:
+                found += pages.next_items()
+            return found
+
+        prefix = self._snapshot_prefix()
+        for snap in self._call("list snapshots", query):
+            for name in snap.names:
+                match = re.fullmatch(re.escape(prefix) + r"(\d+)", name.split("/")[-1].split(":")[0])
+                if match:
+                    yield snap.snapshot_id, int(match.group(1)) / 1000
+                    break
+
+    def checkpoints(self) -> builtins.list[Checkpoint]:
+        snaps = sorted(self._snapshots(), key=lambda s: s[1])
+        comments = self._comments() if snaps else {}
+        return [Checkpoint(id=i, created_at=t, comment=comments.get(i, "")) for i, t in snaps]
+
+    def restore(self, checkpoint_id: str) -> None:
+        """Replace the sandbox with a new one created from the snapshot, with the same identity. The
+        old one is killed only once the new one runs, so a failure leaves the sandbox as it was."""
+        if checkpoint_id not in dict(self._snapshots()):
+            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
+        comments = self._comments()
+        backend = self._backend
+        created = self._call("describe", self._sdk.get_info).metadata.get(CREATED_KEY, f"{time.time():.3f}")
+        metadata = {**backend._metadata(self.name, self.scope, self.ephemeral), CREATED_KEY: created}
+        new = self._call("restore", lambda: e2b.Sandbox.create(
+            template=checkpoint_id, timeout=backend.lease(self.ephemeral), metadata=metadata,
+            allow_internet_access=self.internet,
+            lifecycle=lifecycle(not self.ephemeral), **backend.opts))
+        old_id, self._sdk = self.sandbox_id, new
+        with contextlib.suppress(SandboxError):
+            self._call("kill the replaced sandbox", lambda: e2b.Sandbox.kill(old_id, **backend.opts))
+        if comments:
+            self._save_comments(comments)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        if not self._call("delete snapshot", lambda: e2b.Sandbox.delete_snapshot(checkpoint_id,
+                                                                                 **self._backend.opts)):
+            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")

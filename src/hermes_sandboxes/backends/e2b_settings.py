@@ -1,0 +1,96 @@
+"""Settings of the E2B backend (plugin id ``e2b``): the keys the existing E2B plugin reads, validated.
+
+This module must stay light: it never imports the E2B SDK, so a registry can list and validate the
+backend's settings on a machine where the ``e2b`` extra is not installed. The existing plugin falls
+back to defaults on a bad value; here a bad value is an error naming its key (see settings.py for the
+YAML rules every backend shares).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from hermes_sandboxes.settings import BackendSettings, _require_text, _whole_number
+
+DEFAULT_TEMPLATE = "base"
+DEFAULT_HOME = "/home/user"  # the default user's home in E2B's templates
+DEFAULT_LEASE_SECONDS = 300
+DEFAULT_COMMAND_GRACE_SECONDS = 30
+MAX_LEASE_SECONDS = 86_400  # E2B's longest lease (Pro); the API refuses more
+MAX_METADATA_ENTRIES = 32
+
+
+class E2BSettings(BackendSettings):
+    """``plugins.entries.e2b.settings``."""
+
+    backend_id: ClassVar[str] = "e2b"
+
+    backend: Literal["e2b"] = "e2b"
+    template: str = DEFAULT_TEMPLATE
+    cwd: str = DEFAULT_HOME
+    lease_seconds: int = Field(default=DEFAULT_LEASE_SECONDS, description="baseline lease; extended per command")
+    command_grace_seconds: int = Field(default=DEFAULT_COMMAND_GRACE_SECONDS,
+                                       description="lease headroom beyond a command's timeout")
+    allow_internet_access: bool = True
+    secure: bool = True
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value: object) -> str:
+        if value != "e2b":
+            raise ValueError(f"got {value!r}; these are the settings of the 'e2b' backend")
+        return "e2b"
+
+    @field_validator("template", mode="before")
+    @classmethod
+    def _template(cls, value: object) -> str:
+        text = _require_text(value, "an E2B template name or id, e.g. base")
+        if not text.strip() or any(c.isspace() for c in text):
+            raise ValueError(f"{text!r} is not a template name or id (no spaces, not empty)")
+        return text
+
+    @field_validator("cwd", mode="before")
+    @classmethod
+    def _cwd(cls, value: object) -> str:
+        text = _require_text(value, "an absolute directory path in the sandbox, e.g. /home/user")
+        if not text.startswith("/"):
+            raise ValueError(f"{text!r} is not an absolute path")
+        return text
+
+    @field_validator("lease_seconds", mode="before")
+    @classmethod
+    def _lease(cls, value: object) -> int:
+        seconds = _whole_number(value, 1, "seconds")
+        if seconds > MAX_LEASE_SECONDS:
+            raise ValueError(f"got {seconds}; E2B leases last at most {MAX_LEASE_SECONDS} seconds")
+        return seconds
+
+    @field_validator("command_grace_seconds", mode="before")
+    @classmethod
+    def _grace(cls, value: object) -> int:
+        return _whole_number(value, 0, "seconds")
+
+    @field_validator("allow_internet_access", "secure", mode="before")
+    @classmethod
+    def _flag(cls, value: object) -> bool:
+        if not isinstance(value, bool):  # "false" in quotes would otherwise be a truthy string
+            raise ValueError(f"got {value!r}; expected true or false (unquoted)")
+        return value
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata(cls, value: object) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            raise ValueError("expected a mapping of text to text, e.g. {team: infra}")
+        if len(value) > MAX_METADATA_ENTRIES:
+            raise ValueError(f"{len(value)} entries; at most {MAX_METADATA_ENTRIES} are allowed")
+        result: dict[str, str] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"key {key!r} must be non-empty text")
+            result[key] = _require_text(item, f"text for metadata key {key!r}")
+        return result

@@ -1,0 +1,261 @@
+"""The E2B backend against the fake E2B, through the real SDK: what it sends (recorded requests) and
+what the caller gets back."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import e2b
+import pytest
+
+from hermes_sandboxes.backends.e2b import E2BBackend, E2BSandbox, scope_digest
+from hermes_sandboxes.backends.e2b_settings import E2BSettings
+from hermes_sandboxes.errors import (
+    CheckpointNotFound,
+    InvalidInput,
+    SandboxError,
+    SandboxExists,
+    SandboxFileNotFound,
+    SandboxNotFound,
+)
+from hermes_sandboxes.sandbox import SandboxSpec
+from hermes_sandboxes.settings import InvalidSettings, validate_settings
+from tests.fakes.e2b import API_KEY, FakeE2B
+
+
+@pytest.fixture
+def backend(fake: FakeE2B) -> Iterator[E2BBackend]:
+    """A backend for a profile of its own, so tests never see each other's sandboxes."""
+    with E2BBackend(E2BSettings(lease_seconds=300, command_grace_seconds=30), api_key=API_KEY,
+                    profile=f"/profiles/{secrets.token_hex(4)}", api_url=fake.url, sandbox_url=fake.url) as b:
+        yield b
+        for info in b.list():
+            with contextlib.suppress(SandboxError):
+                b.get(info.name).destroy()
+
+
+@contextlib.contextmanager
+def opened(backend: E2BBackend, name: str = "work", **kwargs: Any) -> Iterator[E2BSandbox]:
+    sb = backend.open(name, **kwargs)
+    try:
+        yield sb
+    finally:
+        sb.destroy()
+
+
+def test_identity_digest_is_the_existing_plugins() -> None:
+    # pinned: a sandbox made by the existing E2B plugin for this scope must be found by this backend
+    digest = scope_digest("/profiles/alice", "default", E2BSettings(), persistent=True)
+    assert digest == "af82ed0fcb6d476fb28b0ef2ef723162"
+    assert scope_digest("/profiles/alice", "default", E2BSettings(secure=False), persistent=True) != digest
+    assert scope_digest("/profiles/alice", "default", E2BSettings(), persistent=False) != digest
+
+
+def test_open_creates_a_persistent_sandbox_once_and_finds_it_again(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        (create,) = fake.calls("POST", "/v2/sandboxes")
+        body = create.body
+        assert body["templateID"] == "base" and body["timeout"] == 300
+        assert (body["autoPause"], body["autoPauseMemory"], body["autoResume"]) == (True, False, {"enabled": False})
+        scope = scope_digest(backend.profile, "work", backend.settings, persistent=True)
+        assert body["metadata"]["hermes_plugin"] == "e2b-terminal"
+        assert body["metadata"]["hermes_scope"] == scope == sb.scope
+        assert sb.created and not sb.ephemeral and sb.home == "/home/user"
+        again = backend.open("work")
+        assert (again.sandbox_id, again.created) == (sb.sandbox_id, False)
+        assert len(fake.calls("POST", "/v2/sandboxes")) == 1
+        assert [i.name for i in backend.list()] == ["work"]
+        with pytest.raises(SandboxExists):
+            backend.create("work")
+
+
+def test_an_ephemeral_sandbox_is_killed_at_its_lease_end_and_on_destroy(fake: FakeE2B, backend: E2BBackend) -> None:
+    sb = backend.create_ephemeral()
+    (create,) = fake.calls("POST", "/v2/sandboxes")
+    assert create.body["autoPause"] is False and "autoPauseMemory" not in create.body
+    assert create.body["timeout"] == 300 + 120  # the lease plus the reaper and request-timeout floor
+    assert sb.ephemeral
+    sb.destroy()
+    assert fake.calls("DELETE", f"/sandboxes/{sb.sandbox_id}")
+    sb.destroy()  # idempotent
+    with pytest.raises(SandboxNotFound):
+        backend.get(sb.name)
+
+
+def test_exec_extends_the_lease_first_and_returns_code_and_both_streams(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        fake.clear_requests()
+        result = sb.exec("echo out; echo err >&2; pwd; echo $X; exit 3", env={"X": "y"}, timeout=600)
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n/home/user\ny\n", "err\n")
+        connect, start = [r for r in fake.requests if r.path.endswith("/connect") or r.rpc == "Process/Start"]
+        assert connect.body == {"timeout": 600 + 1 + 30}  # max(lease, timeout + grace)
+        assert start.body["timeout_ms"] == (600 + 30) * 1000  # the stream's own deadline
+        assert start.body["cwd"] == "/home/user" and start.body["envs"] == {"X": "y"}
+        sb.exec(["printf", "%s", "a b"], timeout=5)
+        assert fake.calls("POST", f"/v2/sandboxes/{sb.sandbox_id}/connect")[-1].body == {"timeout": 300}
+        assert sb.exec(["printf", "%s", "a b"]).stdout == "a b"  # argv is quoted, not split
+        assert sb.exec("cat", stdin=b"fed").stdout == "fed"
+        assert not fake.calls(path=f"/sandboxes/{sb.sandbox_id}/timeout")  # never a call that can shorten
+
+
+def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survive(
+        fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        daemon = sb.start("sleep 300")
+        result = sb.exec("echo started; sleep 300", timeout=1)
+        assert (result.exit_code, result.timed_out, result.stdout) == (124, True, "started\n")
+        (signal,) = fake.calls(rpc="Process/SendSignal")
+        assert signal.body["signal"] == "SIGKILL" and signal.body["pid"] != daemon.pid  # type: ignore[attr-defined]
+        assert daemon.poll() is None
+        assert sb.exec("echo alive").stdout == "alive\n"
+        daemon.kill()
+        assert daemon.wait(30) == 137
+
+
+def test_output_reaches_the_sink_while_the_command_still_runs(backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        first = threading.Event()
+        chunks: list[bytes] = []
+
+        def sink(chunk: bytes) -> None:
+            chunks.append(chunk)
+            first.set()
+
+        proc = sb.start("echo one; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo two", on_stdout=sink)
+        assert first.wait(30), "no output before the command finished"
+        assert proc.poll() is None and b"".join(chunks) == b"one\n"
+        sb.write_file("/tmp/go", b"")
+        assert proc.wait(30) == 0
+        assert b"".join(chunks) == b"one\ntwo\n"
+
+
+def test_a_failing_sink_stops_the_command_and_surfaces(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        def broken(chunk: bytes) -> None:
+            raise BrokenPipeError("reader went away")
+
+        with pytest.raises(BrokenPipeError):
+            sb.exec("while true; do echo spam; sleep 0.01; done", on_stdout=broken, timeout=60)
+        assert fake.calls(rpc="Process/SendSignal")
+        assert sb.exec("echo still here").stdout == "still here\n"
+
+
+def test_a_lost_create_reply_is_recovered_by_identity(fake: FakeE2B, backend: E2BBackend) -> None:
+    fake.drop_create_response()
+    with opened(backend, "lost") as sb:
+        assert sb.created
+        assert [s.sandbox_id for s in fake.sandboxes() if s.metadata.get("hermes_scope") == sb.scope] == \
+            [sb.sandbox_id]
+        assert backend.open("lost").sandbox_id == sb.sandbox_id  # and the next run finds it too
+
+
+def test_duplicates_adopt_the_newest_and_warn_with_the_count(
+        fake: FakeE2B, backend: E2BBackend, caplog: pytest.LogCaptureFixture) -> None:
+    scope = scope_digest(backend.profile, "dup", backend.settings, persistent=True)
+    meta = {"hermes_plugin": "e2b-terminal", "hermes_scope": scope}
+    opts = {"api_key": API_KEY, "api_url": fake.url, "sandbox_url": fake.url}
+    older = e2b.Sandbox.create("base", timeout=300, metadata=meta, **opts)
+    newer = e2b.Sandbox.create("base", timeout=300, metadata=meta, **opts)
+    try:
+        fake.sandbox(newer.sandbox_id).started_at += 1  # started later, whatever the clock's resolution
+        with caplog.at_level(logging.WARNING, logger="hermes_sandboxes.backends.e2b"):
+            sb = backend.open("dup")
+        assert (sb.sandbox_id, sb.created) == (newer.sandbox_id, False)
+        assert "2 sandboxes share the identity" in caplog.text
+    finally:
+        older.kill()
+        newer.kill()
+
+
+def test_a_paused_sandbox_is_resumed_by_the_next_command(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        sb.write_file("/home/user/notes.txt", b"kept")
+        sb.stop()
+        assert fake.calls("POST", f"/sandboxes/{sb.sandbox_id}/pause")
+        assert fake.sandbox(sb.sandbox_id).state == "paused"
+        assert sb.exec("cat /home/user/notes.txt").stdout == "kept"
+        fake.expire(sb.sandbox_id)  # the lease ran out: E2B paused it
+        assert backend.open("work").exec("echo back").stdout == "back\n"
+
+
+def test_files(backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        sb.write_file("/home/user/a/b/c.txt", b"\x00\xffdata")
+        assert sb.read_file("/home/user/a/b/c.txt") == b"\x00\xffdata"
+        sb.write_file("/home/user/run.sh", b"#!/bin/sh\necho ran\n", mode=0o755)
+        assert sb.exec("/home/user/run.sh").stdout == "ran\n"
+        sb.delete_file("/home/user/run.sh")
+        with pytest.raises(SandboxFileNotFound):
+            sb.read_file("/home/user/run.sh")
+        with pytest.raises(InvalidInput):
+            sb.read_file("relative.txt")
+
+
+def test_checkpoints_are_snapshots_and_restore_replaces_the_sandbox_keeping_identity(
+        fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        sb.write_file("/home/user/app.py", b"v1")
+        first = sb.checkpoint("before the refactor")
+        sb.write_file("/home/user/app.py", b"v2")
+        second = sb.checkpoint()
+        assert [(c.id, c.comment) for c in sb.checkpoints()] == [(first.id, "before the refactor"), (second.id, "")]
+        old_id = sb.sandbox_id
+        sb.restore(first.id)
+        assert sb.sandbox_id != old_id and sb.read_file("/home/user/app.py") == b"v1"
+        assert old_id not in {s.sandbox_id for s in fake.sandboxes()}
+        assert fake.sandbox(sb.sandbox_id).metadata["hermes_scope"] == sb.scope
+        assert backend.open("work").sandbox_id == sb.sandbox_id
+        assert [c.comment for c in sb.checkpoints()] == ["before the refactor", ""]  # comments survive
+        sb.delete_checkpoint(second.id)
+        with pytest.raises(CheckpointNotFound):
+            sb.restore(second.id)
+        with pytest.raises(CheckpointNotFound):
+            sb.delete_checkpoint("snap-nope")
+    assert not [c for c in fake.world.snapshots.values() if c.snapshot_id == first.id]  # destroy removed it
+
+
+def test_errors_are_mapped_and_never_show_the_key(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        fake.fail("POST", r"/v2/sandboxes/.*/connect", 500, message=f"boom, key was {API_KEY}")
+        with pytest.raises(SandboxError) as exc:
+            sb.exec("true")
+        assert API_KEY not in str(exc.value) and "[REDACTED:E2B_API_KEY]" in str(exc.value)
+        assert type(exc.value).__name__ in ("SandboxUnreachable", "ExecFailed")
+        fake.drop_stream(after_events=3)  # the start event and two chunks get through
+        with pytest.raises(SandboxError):
+            sb.exec("while true; do echo tick; sleep 0.05; done", timeout=120)
+        assert fake.calls(rpc="Process/SendSignal")  # the command whose stream broke was stopped
+        assert sb.exec("echo ok").stdout == "ok\n"
+    wrong = E2BBackend(api_key="e2b_wrong_key", api_url=fake.url, sandbox_url=fake.url)
+    with pytest.raises(SandboxError) as auth:
+        wrong.list()
+    assert "e2b_wrong_key" not in str(auth.value)
+    with pytest.raises(SandboxNotFound):
+        backend.get("never-made")
+    assert E2BBackend(api_key="").unavailable_reason() is not None
+    with pytest.raises(InvalidInput):
+        backend.open("x", SandboxSpec(network="loopback"))
+
+
+@pytest.mark.parametrize(("raw", "key"), [
+    ({"lease_seconds": 0}, "lease_seconds"), ({"lease_seconds": "300"}, "lease_seconds"),
+    ({"command_grace_seconds": -1}, "command_grace_seconds"), ({"secure": "false"}, "secure"),
+    ({"allow_internet_access": 1}, "allow_internet_access"), ({"cwd": "work"}, "cwd"),
+    ({"template": ""}, "template"), ({"metadata": {"team": 3}}, "metadata"), ({"bogus": 1}, "bogus"),
+])
+def test_invalid_settings_name_their_key(raw: dict[str, Any], key: str) -> None:
+    with pytest.raises(InvalidSettings) as exc:
+        validate_settings(E2BSettings, raw, where="plugins.entries.e2b.settings")
+    assert exc.value.key == f"plugins.entries.e2b.settings.{key}"
+
+
+def test_settings_defaults() -> None:
+    s = validate_settings(E2BSettings, {"metadata": {"team": "infra"}}, where="x")
+    assert (s.backend, s.template, s.cwd, s.lease_seconds, s.command_grace_seconds) == \
+        ("e2b", "base", "/home/user", 300, 30)
+    assert (s.allow_internet_access, s.secure, s.metadata) == (True, True, {"team": "infra"})
