@@ -259,3 +259,26 @@ def test_settings_defaults() -> None:
     assert (s.backend, s.template, s.cwd, s.lease_seconds, s.command_grace_seconds) == \
         ("e2b", "base", "/home/user", 300, 30)
     assert (s.allow_internet_access, s.secure, s.metadata) == (True, True, {"team": "infra"})
+
+
+def test_fork_starts_a_new_named_sandbox_from_now_or_from_a_checkpoint(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        sb.write_file("/home/user/f", b"one")
+        ck = sb.checkpoint()
+        sb.write_file("/home/user/f", b"two")
+        snapshots = set(fake.world.snapshots)
+        now = sb.fork("copy-now")
+        try:
+            then = sb.fork("copy-then", ck.id)
+            try:
+                assert (now.read_file("/home/user/f"), then.read_file("/home/user/f")) == (b"two", b"one")
+                assert set(fake.world.snapshots) == snapshots  # the fork's own snapshot is gone again
+                assert now.scope == scope_digest(backend.profile, "copy-now", backend.settings, persistent=True)
+                assert backend.open("copy-now").sandbox_id == now.sandbox_id
+                with pytest.raises(SandboxExists):
+                    sb.fork("copy-now")
+            finally:
+                then.destroy()
+        finally:
+            now.destroy()
+        assert sb.read_file("/home/user/f") == b"two"

@@ -29,5 +29,11 @@ from hermes_sandboxes.backends.e2b.backend import E2BBackend
 from hermes_sandboxes.backends.e2b.identity import lifecycle, scope_digest
 from hermes_sandboxes.backends.e2b.process import E2BProcess
 from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox
+from hermes_sandboxes.backends.e2b_settings import E2BSettings
 
-__all__ = ["E2BBackend", "E2BProcess", "E2BSandbox", "lifecycle", "scope_digest"]
+__all__ = ["E2BBackend", "E2BProcess", "E2BSandbox", "build_backend", "lifecycle", "scope_digest"]
+
+
+def build_backend(settings: E2BSettings) -> E2BBackend:
+    """The registry's factory: the backend for ``settings``, keyed from ``E2B_API_KEY``."""
+    return E2BBackend(settings)

@@ -68,8 +68,13 @@ class E2BBackend(Backend):
                                      if v is not None}
         self._redactor = Redactor({API_KEY_ENV: self._api_key} if self._api_key else {})
         where = api_url or domain or os.environ.get("E2B_API_URL") or os.environ.get("E2B_DOMAIN") or "e2b.app"
-        self.key = "e2b-" + hashlib.sha256(f"{where}\0{self.profile}".encode()).hexdigest()[:12]
+        self._key = "e2b-" + hashlib.sha256(f"{where}\0{self.profile}".encode()).hexdigest()[:12]
         self.owner = hashlib.sha256(self.profile.encode()).hexdigest()[:16]
+
+    @property
+    def key(self) -> str:
+        """Where this backend's sandboxes live: the E2B endpoint and the profile, as a digest."""
+        return self._key
 
     # plumbing ------------------------------------------------------------------------------------
     @property
@@ -163,6 +168,15 @@ class E2BBackend(Backend):
             raise SandboxExists(f"an E2B sandbox named {name} already exists; use it, or remove it first")
         return self._create(name, scope, settings, ephemeral=ephemeral)
 
+    def fork(self, source: E2BSandbox, new_name: str, snapshot_id: str) -> E2BSandbox:
+        """A new persistent sandbox ``new_name`` started from ``snapshot_id`` (see E2BSandbox.fork)."""
+        validate_name(new_name)
+        settings = self.settings.model_copy(update={"allow_internet_access": source.internet})
+        scope = scope_digest(self.profile, new_name, settings, persistent=True)
+        if self._adoptable(scope, new_name) is not None:
+            raise SandboxExists(f"an E2B sandbox named {new_name} already exists; pick another name")
+        return self._create(new_name, scope, settings, ephemeral=False, template=snapshot_id)
+
     def create_ephemeral(self, spec: SandboxSpec | None = None, prefix: str = "tmp") -> E2BSandbox:
         return self.create(unique_name(prefix), spec, ephemeral=True)
 
@@ -180,11 +194,13 @@ class E2BBackend(Backend):
         found = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner}, "list sandboxes")
         return [_info(s) for s in found if s.metadata.get(NAME_KEY)]
 
-    def _create(self, name: str, scope: str, settings: E2BSettings, *, ephemeral: bool) -> E2BSandbox:
+    def _create(self, name: str, scope: str, settings: E2BSettings, *, ephemeral: bool,
+                template: str | None = None) -> E2BSandbox:
+        """Create the sandbox from ``template`` (a snapshot id, for a fork) or the settings' template."""
         lease = self.lease(ephemeral)
         try:
             sdk = e2b.Sandbox.create(
-                template=settings.template, timeout=lease, metadata=self._metadata(name, scope, ephemeral),
+                template=template or settings.template, timeout=lease, metadata=self._metadata(name, scope, ephemeral),
                 allow_internet_access=settings.allow_internet_access, lifecycle=lifecycle(not ephemeral),
                 **self.opts)
         except Exception as exc:

@@ -236,6 +236,22 @@ class E2BSandbox(Sandbox):
         if comments:
             self._save_comments(comments)
 
+    def fork(self, new_name: str, checkpoint_id: str | None = None) -> E2BSandbox:
+        """A new persistent sandbox from checkpoint ``checkpoint_id``, or from a snapshot of this
+        sandbox taken now (deleted again once the fork runs). This sandbox is untouched."""
+        if checkpoint_id is not None:
+            if checkpoint_id not in dict(self._snapshots()):
+                raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
+            return self._backend.fork(self, new_name, checkpoint_id)
+        name = f"{SNAPSHOT_PREFIX}fork-{self.scope[:16]}-{int(time.time() * 1000)}"
+        snapshot = self._call("snapshot", lambda: self._sdk.create_snapshot(name=name))
+        try:
+            return self._backend.fork(self, new_name, snapshot.snapshot_id)
+        finally:
+            with contextlib.suppress(SandboxError):
+                self._call("delete the fork's snapshot", lambda: e2b.Sandbox.delete_snapshot(
+                    snapshot.snapshot_id, **self._backend.opts))
+
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         if not self._call("delete snapshot", lambda: e2b.Sandbox.delete_snapshot(checkpoint_id,
                                                                                  **self._backend.opts)):
