@@ -107,7 +107,7 @@ def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survi
         fake: FakeE2B, backend: E2BBackend) -> None:
     with opened(backend) as sb:
         daemon = sb.start("sleep 300")
-        result = sb.exec("echo started; sleep 300", timeout=1)
+        result = sb.exec("echo started; sleep 300", timeout=3)
         assert (result.exit_code, result.timed_out, result.stdout) == (124, True, "started\n")
         (signal,) = fake.calls(rpc="Process/SendSignal")
         assert signal.body["signal"] == "SIGKILL" and signal.body["pid"] != daemon.pid  # type: ignore[attr-defined]

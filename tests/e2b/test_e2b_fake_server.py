@@ -93,10 +93,21 @@ def test_the_stream_deadline_bounds_a_command_and_closing_a_stream_does_not(
         (start,) = fake.calls(rpc="Process/Start")
         assert start.body["timeout_ms"] == 500
         wait_until(lambda: sb.commands.list() == [], "the timed-out command to be killed")
-        handle = sb.commands.run("sleep 60", background=True, timeout=0)
+        handle = sb.commands.run("until [ -e /tmp/go ]; do sleep 0.05; done; echo later; sleep 60",
+                                 background=True, timeout=0)
         handle.disconnect()
         assert [p.pid for p in sb.commands.list()] == [handle.pid]
-        sb.commands.kill(handle.pid)
+        again = sb.commands.connect(handle.pid, timeout=0)  # follow it again from another stream
+        sb.files.write("/tmp/go", b"")
+        chunks: list[str] = []
+
+        def got(chunk: str) -> None:
+            chunks.append(chunk)
+            sb.commands.kill(handle.pid)
+
+        with pytest.raises(e2b.CommandExitException):
+            again.wait(on_stdout=got)
+        assert "".join(chunks) == "later\n"
 
 
 def test_stdin_is_delivered_when_closed(fake: FakeE2B, sdk_opts: dict[str, Any]) -> None:

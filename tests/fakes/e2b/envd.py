@@ -81,7 +81,7 @@ class ProcessService(_Base, Process):
         self.record(ctx, {"cmd": config.cmd, "args": list(config.args), "envs": dict(config.envs),
                           "cwd": config.cwd if config.has_field("cwd") else None,
                           "stdin": request.stdin if request.has_field("stdin") else None,
-                          "timeout_ms": None if timeout_ms is None else round(timeout_ms, -2)})
+                          "timeout_ms": _header_ms(ctx)})
         sub = Subscriber(asyncio.get_running_loop())
         proc.subscribers.append(sub)
         with self.world.lock:
@@ -205,6 +205,12 @@ class FilesystemService(_Base, Filesystem):
         await self.blocking(_stat, sb, request.path)  # NOT_FOUND for a missing path, as envd answers
         await self.blocking(lambda: sb.local.exec(["rm", "-rf", "--", request.path], timeout=60))
         return fs_pb.RemoveResponse()
+
+
+def _header_ms(ctx: Any) -> int | None:
+    """The deadline the client sent (Connect-Timeout-Ms), as sent."""
+    raw = ctx.request_headers.get("connect-timeout-ms")
+    return int(raw) if raw else None
 
 
 def _stat(sb: FakeSandbox, path: str) -> fs_pb.EntryInfo:
