@@ -179,6 +179,11 @@ def _make_opaque(upper: Path, lower: Path, rel: Path) -> None:
         target.mkdir()
         os.chown(target, st.st_uid, st.st_gid)
         os.chmod(target, stat.S_IMODE(st.st_mode))
+    try:
+        if os.getxattr(target, OPAQUE_XATTR, follow_symlinks=False) == b"y":
+            return  # setting it again would still change the directory (its ctime)
+    except OSError:
+        pass
     os.setxattr(target, OPAQUE_XATTR, b"y", follow_symlinks=False)
 
 

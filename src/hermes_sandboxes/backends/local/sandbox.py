@@ -365,13 +365,28 @@ class LocalSandbox(Sandbox):
         store = self._backend.store
         store.ensure()
         self._require_checkpoint(from_id)
+        old = store.checkpoint_path(self.name, from_id)
         if to_id is not None:
             self._require_checkpoint(to_id)
-            new = store.checkpoint_path(self.name, to_id) / "upper"
-        else:
-            new = store.layer(self.name) / "upper"
-        lower = Path(self.spec.base or "/")
-        return treediff.diff_layers(store.checkpoint_path(self.name, from_id) / "upper", new, lower)
+            return self._diff(old, store.checkpoint_path(self.name, to_id))
+        if store.changed_since(self.name, from_id) is False:
+            return []
+        with self._locked(), store.layer_view(self.name) as layer:  # the view lives beside the layer
+            return self._diff(old, layer)
+
+    def _diff(self, old: Path, new: Path) -> list[FileChange]:
+        dirty = self._backend.store.dirty_dirs(self.name, old, new)
+        return treediff.diff_layers(old / "upper", new / "upper", Path(self.spec.base or "/"), dirty)
+
+    def changed_since(self, checkpoint_id: str) -> bool | None:
+        """Whether the sandbox's files may have changed since the checkpoint: False only when they
+        certainly have not. Answered from btrfs generations (cost follows the change, not the
+        layer); None on the copy store, which cannot tell without a full walk."""
+        self._check_exists()
+        store = self._backend.store
+        store.ensure()
+        self._require_checkpoint(checkpoint_id)
+        return store.changed_since(self.name, checkpoint_id)
 
     def destroy(self) -> None:
         with self._locked():

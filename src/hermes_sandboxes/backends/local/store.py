@@ -27,9 +27,12 @@ import struct
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 
+from hermes_sandboxes.backends.local import btrfstree
 from hermes_sandboxes.backends.local import syscalls as sc
+from hermes_sandboxes.backends.local.fdwalk import Tree
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError
 from hermes_sandboxes.units import parse_size
 
@@ -71,26 +74,19 @@ def remove_tree(path: Path) -> None:
 
 
 def tree_bytes(path: Path) -> int:
-    """Disk bytes used by the files under ``path`` (each hardlinked inode counted once)."""
+    """Disk bytes used by the files under ``path`` (each hardlinked inode counted once). Read by
+    descriptor (fdwalk): the live layer may be changing under the walk."""
+    try:
+        tree = Tree(path)
+    except OSError:
+        return 0
     seen: set[int] = set()
     total = 0
-    stack = [str(path)]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            if st.st_ino in seen:
-                continue
-            seen.add(st.st_ino)
-            total += st.st_blocks * 512
+    with tree:
+        for _, st in tree.walk():
+            if st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += st.st_blocks * 512
     return total
 
 
@@ -203,6 +199,22 @@ class Store(ABC):
     def layer_bytes(self, name: str) -> int:
         return tree_bytes(self.layer(name) / "upper")
 
+    # what changed ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def layer_view(self, name: str) -> Iterator[Path]:
+        """The layer as a tree to read (call under the sandbox's lock). Here the live layer itself:
+        readers must go by descriptor (fdwalk), since the sandbox may change it meanwhile."""
+        yield self.layer(name)
+
+    def dirty_dirs(self, name: str, old: Path, new: Path) -> set[str] | None:
+        """Directories of the upper layer (relative paths) outside which the volumes ``old`` and
+        ``new`` are known to be identical, or None when the store cannot tell."""
+        return None
+
+    def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
+        """Whether the layer's upper may differ from the checkpoint's (None: cannot tell cheaply)."""
+        return None
+
     @staticmethod
     def _clear(directory: Path) -> None:
         for entry in directory.iterdir():
@@ -291,6 +303,90 @@ class BtrfsStore(Store):
             self._ioctl(path.parent, _SNAP_DESTROY, _vol_args(path.name))
         else:
             remove_tree(path)
+
+
+    @contextlib.contextmanager
+    def layer_view(self, name: str) -> Iterator[Path]:
+        """A read-only snapshot of the layer: nothing the sandbox does meanwhile can reach it."""
+        view = self.sandbox_dir(name) / f".tmp-view-{time.time_ns()}"
+        self._copy_volume(self.layer(name), view, readonly=True)
+        try:
+            yield view
+        finally:
+            self._remove_volume(view)
+
+    def dirty_dirs(self, name: str, old: Path, new: Path) -> set[str] | None:
+        fds = [os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) for volume in (old, new)]
+        try:
+            after = self._common_generation(name, fds[0], fds[1])
+            if after is None:
+                return None
+            dirs: set[str] = set()
+            for fd in fds:
+                changes = btrfstree.changed_inodes(fd, after)
+                changes.complete(fd)
+                for inode in changes.dirs:
+                    path = btrfstree.inode_path(fd, inode)
+                    if path is None:
+                        return None  # unnamed (e.g. deeper than the kernel can say): walk it all
+                    if _under_upper(path):
+                        dirs.add(path[len("upper/"):-1])
+            return dirs
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
+        layer, checkpoint = self.layer(name), self.checkpoint_path(name, checkpoint_id)
+        fds = [os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+               for volume in (checkpoint, layer)]
+        try:
+            btrfstree.syncfs(fds[1])  # what is still in memory is not in the tree yet
+            after = self._common_generation(name, fds[0], fds[1])
+            if after is None:
+                return None
+            # Reads update atimes (overlay ignores the store's noatime), which rewrites inode
+            # items: an inode whose item is otherwise the checkpoint's own has not changed.
+            for fd, other in ((fds[0], fds[1]), (fds[1], fds[0])):
+                changes = btrfstree.changed_inodes(fd, after)
+                changes.complete(fd)
+                for inode, identity in changes.items.items():
+                    if btrfstree.inode_identity(other, inode) == identity:
+                        continue
+                    holders = {inode} if inode in changes.dirs else changes.parents.get(inode, set())
+                    if any(_under_upper(btrfstree.inode_path(fd, d)) for d in holders):
+                        return True
+            return False
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _common_generation(self, name: str, old_fd: int, new_fd: int) -> int | None:
+        """See btrfstree.common_generation; None also for a live layer against itself."""
+        infos = [btrfstree.subvol_info(fd) for fd in (old_fd, new_fd)]
+        if infos[0].uuid == infos[1].uuid and not infos[0].readonly:
+            return None
+        known = {info.uuid: info for info in (*self._volumes(name), *infos)}
+        return btrfstree.common_generation(infos[0], infos[1], known)
+
+    def _volumes(self, name: str) -> Iterator[btrfstree.SubvolInfo]:
+        """The subvolumes of this sandbox (its layer and checkpoints), for their ancestry."""
+        for volume in [self.layer(name), *self.checkpoints_dir(name).iterdir()]:
+            try:
+                fd = os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_ino == _BTRFS_FIRST_FREE_OBJECTID:
+                    yield btrfstree.subvol_info(fd)
+            finally:
+                os.close(fd)
+
+
+def _under_upper(path: str | None) -> bool:
+    """Whether a directory path from btrfstree.inode_path is upper/ or inside it (None: unknown,
+    so yes)."""
+    return path is None or path.startswith("upper/")
 
 
 class CopyStore(Store):

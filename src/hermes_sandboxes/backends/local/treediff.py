@@ -1,11 +1,16 @@
 """Diff two overlay upper layers (a checkpoint against another, or against the live layer).
 
 Only the writable layers are walked: everything else is the shared read-only base, unchanged by
-definition, so the cost follows what the sandbox changed, not the size of its root filesystem.
-Overlay encodes deletions in the upper layer as whiteouts (character devices 0/0), which this
-reads as "deleted". A file counts as modified when its type, size, mode, owner, mtime, symlink
-target or xattrs differ; directories only when their mode or owner changed (their mtime moves with
-every change inside them, which the entries themselves already report).
+definition. Overlay encodes deletions in the upper layer as whiteouts (character devices 0/0),
+which this reads as "deleted". A file counts as modified when its type, size, mode, owner, mtime
+or symlink target differ; directories only when their mode or owner changed (their mtime moves
+with every change inside them, which the entries themselves already report).
+
+Two ways to find what to compare, with the same result: the whole of both layers, or only the
+directories a caller knows may differ (``dirty``: e.g. from btrfs generations, see btrfstree),
+in which case the cost follows the change instead of the layer. A directory found in only one
+layer, or as two different directories, is then compared whole. Every read goes through
+``fdwalk``, so a layer that changes meanwhile can never lead the walk outside it.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from hermes_sandboxes.backends.local.fdwalk import Tree, join
 from hermes_sandboxes.sandbox import ChangeKind, FileChange
 
 OPAQUE_XATTR = "trusted.overlay.opaque"
@@ -29,6 +35,7 @@ class _Entry(NamedTuple):
     size: int
     mtime_ns: int
     rdev: int
+    ino: int
 
     @property
     def is_whiteout(self) -> bool:
@@ -39,74 +46,120 @@ class _Entry(NamedTuple):
         return stat.S_ISDIR(self.mode)
 
 
-def _scan(root: Path, opaque: set[str]) -> dict[str, _Entry]:
-    entries: dict[str, _Entry] = {}
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        try:
-            listing = list(os.scandir(os.path.join(root, rel) if rel else root))
-        except FileNotFoundError:
-            continue
-        for item in listing:
-            path = f"{rel}/{item.name}" if rel else item.name
-            st = item.stat(follow_symlinks=False)
-            entries[path] = _Entry(st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_rdev)
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(path)
-                try:
-                    if os.getxattr(item.path, OPAQUE_XATTR) == b"y":
-                        opaque.add(path)
-                except OSError:
-                    pass
-    return entries
+def _entry(st: os.stat_result) -> _Entry:
+    return _Entry(st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_rdev, st.st_ino)
 
 
-def _base_entry(lower: Path | None, rel: str, opaque: set[str]) -> os.stat_result | None:
+class _Side:
+    """One layer's entries at the paths compared so far."""
+
+    def __init__(self, tree: Tree | None) -> None:
+        self.tree = tree
+        self.entries: dict[str, _Entry] = {}
+        self._opaque: dict[str, bool] = {}
+
+    def listing(self, rel: str) -> dict[str, _Entry]:
+        found = self.tree.entries(rel) if self.tree else None
+        return {name: _entry(st) for name, st in found or ()}
+
+    def add_subtree(self, rel: str) -> None:
+        if self.tree is not None:
+            for path, st in self.tree.walk(rel):
+                self.entries[path] = _entry(st)
+
+    def opaque(self, rel: str) -> bool:
+        if rel not in self._opaque:
+            value = self.tree.dir_xattr(rel, OPAQUE_XATTR) if self.tree else None
+            self._opaque[rel] = value == b"y"
+        return self._opaque[rel]
+
+
+def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
+                dirty: Iterable[str] | None = None) -> list[FileChange]:
+    """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``; ``dirty``
+    (paths relative to the layers) limits the comparison to those directories' entries."""
+    old_tree, new_tree = _open(old_root), _open(new_root)
+    try:
+        old, new = _Side(old_tree), _Side(new_tree)
+        if dirty is None:
+            old.add_subtree("")
+            new.add_subtree("")
+        else:
+            for directory in sorted(set(dirty)):
+                _compare_directory(old, new, directory)
+        changes: list[FileChange] = []
+        for rel in sorted(old.entries.keys() | new.entries.keys()):
+            change = _classify("/" + rel, old, new, rel, old.entries.get(rel), new.entries.get(rel),
+                               functools.partial(_base_entry, lower, rel, old, new))
+            if change is not None:
+                changes.append(change)
+        return changes
+    finally:
+        for tree in (old_tree, new_tree):
+            if tree is not None:
+                tree.close()
+
+
+def _open(root: Path) -> Tree | None:
+    try:
+        return Tree(root)
+    except FileNotFoundError:
+        return None
+
+
+def _compare_directory(old: _Side, new: _Side, directory: str) -> None:
+    """Record both layers' entries of ``directory``, and whole subtrees where its subdirectories
+    are not the same directory in both."""
+    before, after = old.listing(directory), new.listing(directory)
+    for name in before.keys() | after.keys():
+        rel = join(directory, name)
+        b, a = before.get(name), after.get(name)
+        if b is not None:
+            old.entries[rel] = b
+        if a is not None:
+            new.entries[rel] = a
+        b_dir, a_dir = b is not None and b.is_dir, a is not None and a.is_dir
+        same_dir = b_dir and a_dir and b is not None and a is not None and b.ino == a.ino
+        if b_dir and not same_dir:
+            old.add_subtree(rel)
+        if a_dir and not same_dir:
+            new.add_subtree(rel)
+
+
+def _base_entry(lower: Path | None, rel: str, old: _Side, new: _Side) -> os.stat_result | None:
     """What the base shows at ``rel`` (so a new upper copy of it is a modification), if anything."""
     if lower is None:
         return None
     parts = rel.split("/")
-    if any("/".join(parts[:i]) in opaque for i in range(1, len(parts))):
-        return None
+    for i in range(1, len(parts)):
+        prefix = "/".join(parts[:i])
+        if old.opaque(prefix) or new.opaque(prefix):
+            return None
     try:
         return os.lstat(lower / rel)
     except OSError:
         return None
 
 
-def _content_differs(old_root: Path, new_root: Path, rel: str, old: _Entry, new: _Entry) -> bool:
-    if (stat.S_IFMT(old.mode), old.uid, old.gid, stat.S_IMODE(old.mode)) != (
-        stat.S_IFMT(new.mode), new.uid, new.gid, stat.S_IMODE(new.mode)
+def _content_differs(old: _Side, new: _Side, rel: str, before: _Entry, after: _Entry) -> bool:
+    if (stat.S_IFMT(before.mode), before.uid, before.gid, stat.S_IMODE(before.mode)) != (
+        stat.S_IFMT(after.mode), after.uid, after.gid, stat.S_IMODE(after.mode)
     ):
         return True
-    if new.is_dir:
+    if after.is_dir:
         return False
-    if (old.size, old.mtime_ns) != (new.size, new.mtime_ns):
+    if (before.size, before.mtime_ns) != (after.size, after.mtime_ns):
         return True
-    if stat.S_ISLNK(new.mode):
-        return os.readlink(old_root / rel) != os.readlink(new_root / rel)
+    if stat.S_ISLNK(after.mode):
+        assert old.tree is not None and new.tree is not None  # both have an entry here
+        return old.tree.readlink(rel) != new.tree.readlink(rel)
     return False
 
 
-def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None) -> list[FileChange]:
-    """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``."""
-    opaque: set[str] = set()
-    old, new = _scan(old_root, opaque), _scan(new_root, opaque)
-    changes: list[FileChange] = []
-    for rel in sorted(old.keys() | new.keys()):
-        change = _classify("/" + rel, old_root, new_root, rel, old.get(rel), new.get(rel),
-                           functools.partial(_base_entry, lower, rel, opaque))
-        if change is not None:
-            changes.append(change)
-    return changes
-
-
-def _classify(path: str, old_root: Path, new_root: Path, rel: str, before: _Entry | None,
+def _classify(path: str, old: _Side, new: _Side, rel: str, before: _Entry | None,
               after: _Entry | None, in_base: Callable[[], os.stat_result | None]) -> FileChange | None:
     def size(entry: _Entry) -> int | None:
         return None if entry.is_dir or entry.is_whiteout else entry.size
-
 
     gone_before = before is None or before.is_whiteout
     gone_after = after is None or after.is_whiteout
@@ -139,6 +192,6 @@ def _classify(path: str, old_root: Path, new_root: Path, rel: str, before: _Entr
         return FileChange(path, ChangeKind.MODIFIED, None if stat.S_ISDIR(base.st_mode) else base.st_size,
                           size(before))
     assert after is not None
-    if _content_differs(old_root, new_root, rel, before, after):
+    if _content_differs(old, new, rel, before, after):
         return FileChange(path, ChangeKind.MODIFIED, size(after), size(before))
     return None
