@@ -63,12 +63,12 @@ def _both_ways(sb: LocalSandbox, old_id: str, new_id: str | None = None) -> list
     lower = Path("/")
     if new_id is not None:
         new = store.checkpoint_path(sb.name, new_id)
-        assert store.dirty_dirs(sb.name, old, new) is not None, "the generation path was not taken"
+        assert store.change_hint(sb.name, old, new) is not None, "the generation path was not taken"
         full = treediff.diff_layers(old / "upper", new / "upper", lower)
     else:
-        with store.layer_view(sb.name) as view:
-            assert store.dirty_dirs(sb.name, old, view) is not None, "the generation path was not taken"
-            full = treediff.diff_layers(old / "upper", view / "upper", lower)
+        layer = store.readable_layer(sb.name)
+        assert store.change_hint(sb.name, old, layer) is not None, "the generation path was not taken"
+        full = treediff.diff_layers(old / "upper", layer / "upper", lower)
     assert got == full
     return got
 

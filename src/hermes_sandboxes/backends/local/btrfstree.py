@@ -38,6 +38,7 @@ _FIRST_FREE_OBJECTID = 256
 _LAST_FREE_OBJECTID = 2**64 - 257  # -256 as u64: the last objectid an inode can have
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
+_INODE_TYPES = frozenset((_INODE_ITEM, _INODE_REF, _INODE_EXTREF))
 _S_IFMT, _S_IFDIR = 0o170000, 0o040000
 _RDONLY = 1  # BTRFS_ROOT_SUBVOL_RDONLY in the subvolume info's flags
 
@@ -110,11 +111,20 @@ def changed_inodes(fd: int, after: int) -> Changes:
                 changes.items[objectid] = _identity(data)
                 if struct.unpack_from("=I", data, 52)[0] & _S_IFMT == _S_IFDIR:
                     changes.dirs.add(objectid)
-        elif objectid in changes.items and item_type in (_INODE_REF, _INODE_EXTREF):
+        elif objectid in changes.items:
             found = _parents(item_type, offset, data)
             changes.parents.setdefault(objectid, set()).update(found)
             changes.dirs.update(found)
     return changes
+
+
+def changed_items(fd: int, after: int) -> Iterator[tuple[int, bool, bytes]]:
+    """(inode, is a directory, _identity of its item) for each inode item of fd's subvolume written
+    after transaction ``after``, lazily: a caller that only needs the first can stop there."""
+    for objectid, _, _, data in _search(fd, after + 1, types=frozenset((_INODE_ITEM,))):
+        if struct.unpack_from("=Q", data, 8)[0] > after:
+            is_dir = struct.unpack_from("=I", data, 52)[0] & _S_IFMT == _S_IFDIR
+            yield objectid, is_dir, _identity(data)
 
 
 def _identity(item: bytes) -> bytes:
@@ -151,11 +161,13 @@ def _parents(item_type: int, offset: int, data: bytes) -> Iterable[int]:
 
 def _search(fd: int, min_transid: int, min_objectid: int = _FIRST_FREE_OBJECTID,
             max_objectid: int = _LAST_FREE_OBJECTID, min_type: int = 0,
-            max_type: int = 255) -> Iterator[tuple[int, int, int, bytes]]:
-    """(objectid, type, offset, data) of the items of fd's subvolume tree in the key range, from
-    blocks written in or after ``min_transid`` (older blocks are skipped by the kernel)."""
+            max_type: int = 255, types: frozenset[int] = _INODE_TYPES) -> Iterator[tuple[int, int, int, bytes]]:
+    """(objectid, type, offset, data) of the items of fd's subvolume tree in the key range whose
+    type is in ``types``, from blocks written in or after ``min_transid`` (the kernel skips older
+    blocks). Key ranges are lexicographic over (objectid, type, offset)."""
     buf = bytearray(_SEARCH_KEY.size + 8 + _BUF_SIZE)
     start = (min_objectid, min_type, 0)
+    header = _SEARCH_HEADER.unpack_from
     while True:
         _SEARCH_KEY.pack_into(buf, 0, 0, start[0], max_objectid, start[2], _U64_MAX, min_transid, _U64_MAX,
                               start[1], max_type, _U32_MAX, 0, 0, 0, 0, 0)
@@ -165,15 +177,14 @@ def _search(fd: int, min_transid: int, min_objectid: int = _FIRST_FREE_OBJECTID,
         if count == 0:
             return
         pos = _SEARCH_KEY.size + 8
-        key = start
+        objectid = item_type = offset = 0
         for _ in range(count):
-            _, objectid, offset, item_type, length = _SEARCH_HEADER.unpack_from(buf, pos)
-            pos += _SEARCH_HEADER.size
-            if min_type <= item_type <= max_type:
+            _, objectid, offset, item_type, length = header(buf, pos)
+            pos += 32
+            if item_type in types:
                 yield objectid, item_type, offset, bytes(buf[pos:pos + length])
             pos += length
-            key = (objectid, item_type, offset)
-        following = _next_key(key)
+        following = _next_key((objectid, item_type, offset))
         if following is None or following[0] > max_objectid:
             return
         start = following

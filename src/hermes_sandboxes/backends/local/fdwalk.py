@@ -85,6 +85,26 @@ class Tree:
             return None
         return found
 
+    def names(self, rel: str) -> dict[str, int] | None:
+        """Names in directory ``rel`` with their inode numbers (no stat), or None if not a directory."""
+        fd = self.dir_fd(rel)
+        if fd is None:
+            return None
+        try:
+            with os.scandir(fd) as listing:
+                return {item.name: item.inode() for item in listing}
+        except OSError:
+            return None
+
+    def lstat(self, rel: str, name: str) -> os.stat_result | None:
+        fd = self.dir_fd(rel)
+        if fd is None:
+            return None
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+
     def walk(self, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
         """Everything below ``rel``, depth first."""
         stack = [rel]

@@ -369,14 +369,14 @@ class LocalSandbox(Sandbox):
         if to_id is not None:
             self._require_checkpoint(to_id)
             return self._diff(old, store.checkpoint_path(self.name, to_id))
-        if store.changed_since(self.name, from_id) is False:
-            return []
-        with self._locked(), store.layer_view(self.name) as layer:  # the view lives beside the layer
-            return self._diff(old, layer)
+        with self._locked():  # a restore would swap the layer under the walk
+            if store.changed_since(self.name, from_id) is False:
+                return []
+            return self._diff(old, store.readable_layer(self.name))
 
     def _diff(self, old: Path, new: Path) -> list[FileChange]:
-        dirty = self._backend.store.dirty_dirs(self.name, old, new)
-        return treediff.diff_layers(old / "upper", new / "upper", Path(self.spec.base or "/"), dirty)
+        hint = self._backend.store.change_hint(self.name, old, new)
+        return treediff.diff_layers(old / "upper", new / "upper", Path(self.spec.base or "/"), hint)
 
     def changed_since(self, checkpoint_id: str) -> bool | None:
         """Whether the sandbox's files may have changed since the checkpoint: False only when they

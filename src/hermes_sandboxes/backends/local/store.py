@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import btrfstree
+from hermes_sandboxes.backends.local import btrfstree, treediff
 from hermes_sandboxes.backends.local import syscalls as sc
 from hermes_sandboxes.backends.local.fdwalk import Tree
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError
@@ -200,15 +200,12 @@ class Store(ABC):
         return tree_bytes(self.layer(name) / "upper")
 
     # what changed ----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def layer_view(self, name: str) -> Iterator[Path]:
-        """The layer as a tree to read (call under the sandbox's lock). Here the live layer itself:
-        readers must go by descriptor (fdwalk), since the sandbox may change it meanwhile."""
-        yield self.layer(name)
+    def readable_layer(self, name: str) -> Path:
+        """The live layer, ready to be compared (readers go by descriptor: see fdwalk)."""
+        return self.layer(name)
 
-    def dirty_dirs(self, name: str, old: Path, new: Path) -> set[str] | None:
-        """Directories of the upper layer (relative paths) outside which the volumes ``old`` and
-        ``new`` are known to be identical, or None when the store cannot tell."""
+    def change_hint(self, name: str, old: Path, new: Path) -> treediff.Hint | None:
+        """Where the volumes ``old`` and ``new`` may differ, or None when the store cannot tell."""
         return None
 
     def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
@@ -305,55 +302,53 @@ class BtrfsStore(Store):
             remove_tree(path)
 
 
-    @contextlib.contextmanager
-    def layer_view(self, name: str) -> Iterator[Path]:
-        """A read-only snapshot of the layer: nothing the sandbox does meanwhile can reach it."""
-        view = self.sandbox_dir(name) / f".tmp-view-{time.time_ns()}"
-        self._copy_volume(self.layer(name), view, readonly=True)
+    def readable_layer(self, name: str) -> Path:
+        layer = self.layer(name)
+        fd = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            yield view
+            btrfstree.syncfs(fd)  # what is still in memory is not in the tree yet
         finally:
-            self._remove_volume(view)
+            os.close(fd)
+        return layer
 
-    def dirty_dirs(self, name: str, old: Path, new: Path) -> set[str] | None:
+    def change_hint(self, name: str, old: Path, new: Path) -> treediff.Hint | None:
         fds = [os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) for volume in (old, new)]
         try:
             after = self._common_generation(name, fds[0], fds[1])
             if after is None:
                 return None
             dirs: set[str] = set()
+            inodes: set[int] = set()
             for fd in fds:
                 changes = btrfstree.changed_inodes(fd, after)
                 changes.complete(fd)
+                inodes |= changes.items.keys()
                 for inode in changes.dirs:
                     path = btrfstree.inode_path(fd, inode)
                     if path is None:
                         return None  # unnamed (e.g. deeper than the kernel can say): walk it all
                     if _under_upper(path):
                         dirs.add(path[len("upper/"):-1])
-            return dirs
+            return treediff.Hint(dirs, inodes)
         finally:
             for fd in fds:
                 os.close(fd)
 
     def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
-        layer, checkpoint = self.layer(name), self.checkpoint_path(name, checkpoint_id)
+        layer, checkpoint = self.readable_layer(name), self.checkpoint_path(name, checkpoint_id)
         fds = [os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
                for volume in (checkpoint, layer)]
         try:
-            btrfstree.syncfs(fds[1])  # what is still in memory is not in the tree yet
             after = self._common_generation(name, fds[0], fds[1])
             if after is None:
                 return None
             # Reads update atimes (overlay ignores the store's noatime), which rewrites inode
-            # items: an inode whose item is otherwise the checkpoint's own has not changed.
-            for fd, other in ((fds[0], fds[1]), (fds[1], fds[0])):
-                changes = btrfstree.changed_inodes(fd, after)
-                changes.complete(fd)
-                for inode, identity in changes.items.items():
+            # items: an inode whose item is otherwise the same in both trees has not changed.
+            for fd, other in ((fds[1], fds[0]), (fds[0], fds[1])):
+                for inode, is_dir, identity in btrfstree.changed_items(fd, after):
                     if btrfstree.inode_identity(other, inode) == identity:
                         continue
-                    holders = {inode} if inode in changes.dirs else changes.parents.get(inode, set())
+                    holders = {inode} if is_dir else btrfstree.parents_of(fd, inode)
                     if any(_under_upper(btrfstree.inode_path(fd, d)) for d in holders):
                         return True
             return False

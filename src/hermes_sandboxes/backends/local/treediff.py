@@ -6,10 +6,10 @@ which this reads as "deleted". A file counts as modified when its type, size, mo
 or symlink target differ; directories only when their mode or owner changed (their mtime moves
 with every change inside them, which the entries themselves already report).
 
-Two ways to find what to compare, with the same result: the whole of both layers, or only the
-directories a caller knows may differ (``dirty``: e.g. from btrfs generations, see btrfstree),
-in which case the cost follows the change instead of the layer. A directory found in only one
-layer, or as two different directories, is then compared whole. Every read goes through
+Two ways to find what to compare, with the same result: the whole of both layers, or only what a
+caller knows may differ (a ``Hint``: e.g. from btrfs generations, see btrfstree), in which case
+the cost follows the change instead of the layer. A directory found in only one layer, or as two
+different directories, is then compared whole. Every read goes through
 ``fdwalk``, so a layer that changes meanwhile can never lead the walk outside it.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,6 +26,13 @@ from hermes_sandboxes.backends.local.fdwalk import Tree, join
 from hermes_sandboxes.sandbox import ChangeKind, FileChange
 
 OPAQUE_XATTR = "trusted.overlay.opaque"
+
+
+class Hint(NamedTuple):
+    """Where two layers that share their unchanged inodes (a snapshot and its descendants) differ."""
+
+    dirs: set[str]  # directories whose entries may differ (relative paths)
+    inodes: set[int]  # inodes that may differ in either layer; any other is the same in both
 
 
 class _Entry(NamedTuple):
@@ -58,9 +65,12 @@ class _Side:
         self.entries: dict[str, _Entry] = {}
         self._opaque: dict[str, bool] = {}
 
-    def listing(self, rel: str) -> dict[str, _Entry]:
-        found = self.tree.entries(rel) if self.tree else None
-        return {name: _entry(st) for name, st in found or ()}
+    def names(self, rel: str) -> dict[str, int]:
+        return (self.tree.names(rel) if self.tree else None) or {}
+
+    def stat(self, rel: str, name: str) -> _Entry | None:
+        st = self.tree.lstat(rel, name) if self.tree else None
+        return None if st is None else _entry(st)
 
     def add_subtree(self, rel: str) -> None:
         if self.tree is not None:
@@ -75,18 +85,18 @@ class _Side:
 
 
 def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
-                dirty: Iterable[str] | None = None) -> list[FileChange]:
-    """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``; ``dirty``
-    (paths relative to the layers) limits the comparison to those directories' entries."""
+                hint: Hint | None = None) -> list[FileChange]:
+    """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``; a ``hint``
+    limits the comparison to where the layers may differ."""
     old_tree, new_tree = _open(old_root), _open(new_root)
     try:
         old, new = _Side(old_tree), _Side(new_tree)
-        if dirty is None:
+        if hint is None:
             old.add_subtree("")
             new.add_subtree("")
         else:
-            for directory in sorted(set(dirty)):
-                _compare_directory(old, new, directory)
+            for directory in sorted(hint.dirs):
+                _compare_directory(old, new, directory, hint.inodes)
         changes: list[FileChange] = []
         for rel in sorted(old.entries.keys() | new.entries.keys()):
             change = _classify("/" + rel, old, new, rel, old.entries.get(rel), new.entries.get(rel),
@@ -107,13 +117,17 @@ def _open(root: Path) -> Tree | None:
         return None
 
 
-def _compare_directory(old: _Side, new: _Side, directory: str) -> None:
-    """Record both layers' entries of ``directory``, and whole subtrees where its subdirectories
-    are not the same directory in both."""
-    before, after = old.listing(directory), new.listing(directory)
+def _compare_directory(old: _Side, new: _Side, directory: str, changed: set[int]) -> None:
+    """Record both layers' entries of ``directory`` (but those that are one unchanged inode in
+    both), and whole subtrees where a subdirectory is not the same directory in both."""
+    before, after = old.names(directory), new.names(directory)
     for name in before.keys() | after.keys():
+        ino_before, ino_after = before.get(name), after.get(name)
+        if ino_before is not None and ino_before == ino_after and ino_before not in changed:
+            continue
         rel = join(directory, name)
-        b, a = before.get(name), after.get(name)
+        b = old.stat(directory, name) if ino_before is not None else None
+        a = new.stat(directory, name) if ino_after is not None else None
         if b is not None:
             old.entries[rel] = b
         if a is not None:
