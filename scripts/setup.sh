@@ -10,6 +10,8 @@ command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 # libseccomp compiles the local sandbox's syscall filter (through the pyseccomp binding)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need_apt+=(libseccomp2)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the egress tests fetch through the proxy with it
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)  # ...and pip download from a local index
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: need root to install ${need_apt[*]}" >&2; exit 1

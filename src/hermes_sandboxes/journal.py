@@ -242,12 +242,44 @@ class DestroyRecord(RecordBase):
         return cls(sandbox=d["sandbox"], ts=d["ts"])
 
 
-Record = CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord | DestroyRecord
+@dataclass(frozen=True, kw_only=True)
+class EgressRecord(RecordBase):
+    """One connection a sandbox's egress proxy let through or refused (never what it carried)."""
+
+    TYPE: ClassVar[str] = "egress"
+    host: str
+    port: int
+    verdict: Literal["allowed", "refused"]
+    reason: str = ""  # why refused, or the allow-list entry that let it through
+    bytes_out: int = 0  # sandbox -> upstream
+    bytes_in: int = 0  # upstream -> sandbox
+    credential: str | None = None  # name of the brokered credential added to the request
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"host": self.host, "port": self.port, "verdict": self.verdict,
+                               "reason": self.reason, "bytes_out": self.bytes_out, "bytes_in": self.bytes_in}
+        if self.credential is not None:
+            out["credential"] = self.credential
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EgressRecord:
+        verdict = _get(d, "verdict", str)
+        if verdict not in ("allowed", "refused"):
+            raise _Invalid("verdict")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], host=_get(d, "host", str), port=_get(d, "port", int),
+                   verdict=verdict, reason=_get(d, "reason", str, optional=True) or "",
+                   bytes_out=_get(d, "bytes_out", int), bytes_in=_get(d, "bytes_in", int),
+                   credential=_get(d, "credential", str, optional=True))
+
+
+Record = (CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord | DestroyRecord
+          | EgressRecord)
 R = TypeVar("R", bound=RecordBase)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
     for kind in (CreateRecord, ExecRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
-                 DestroyRecord)
+                 DestroyRecord, EgressRecord)
 }
 
 
@@ -529,6 +561,8 @@ class Story:
             if told is not None:
                 self.checkpoints[record.id] = CheckpointStory(
                     told.record, told.previous, told.commands, deleted=record)
+        elif isinstance(record, EgressRecord):
+            pass  # network traffic is no part of a checkpoint's story
         else:  # create or destroy: a new life for the name, the old checkpoints went with the old one
             self._reset()
 

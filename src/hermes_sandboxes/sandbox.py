@@ -18,8 +18,8 @@ from typing import Any, Literal
 from hermes_sandboxes.capture import BoundedCapture
 from hermes_sandboxes.errors import Unsupported
 
-NetworkMode = Literal["none", "loopback", "host"]
-NETWORK_MODES: tuple[NetworkMode, ...] = ("none", "loopback", "host")
+NetworkMode = Literal["none", "loopback", "host", "proxy"]
+NETWORK_MODES: tuple[NetworkMode, ...] = ("none", "loopback", "host", "proxy")
 
 # A command is either an argv list (run as is) or a shell string (run by bash -c, or sh -c
 # where the sandbox has no bash).
@@ -64,6 +64,7 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     base: str | None = None  # local backend: a rootfs directory; None means the host's root
     masks: tuple[str, ...] = ()  # extra paths to hide, on top of the backend's own list
+    allow: tuple[str, ...] = ()  # egress allow-list, used with network="proxy"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +72,7 @@ class SandboxSpec:
             "limits": self.limits.to_dict(),
             "base": self.base,
             "masks": list(self.masks),
+            "allow": list(self.allow),
         }
 
     @classmethod
@@ -85,6 +87,7 @@ class SandboxSpec:
             ),
             base=data.get("base"),
             masks=tuple(data.get("masks") or ()),
+            allow=tuple(data.get("allow") or ()),
         )
 
 

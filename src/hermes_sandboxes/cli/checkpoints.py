@@ -32,6 +32,7 @@ from hermes_sandboxes.journal import (
     CheckpointRecord,
     CreateRecord,
     DestroyRecord,
+    EgressRecord,
     ExecRecord,
     Record,
     RestoreRecord,
@@ -308,5 +309,11 @@ def _describe(r: Record) -> list[str]:
         return ["", "", f"{r.id} ({r.reason})"]
     if isinstance(r, CreateRecord):
         return ["", "", f"{r.backend or '?'} backend, {'ephemeral' if r.ephemeral else 'persistent'}"]
+    if isinstance(r, EgressRecord):
+        what = f"{r.verdict} {r.host}:{r.port}"
+        if r.verdict == "allowed":
+            return ["", "", f"{what} ({r.bytes_out} B out, {r.bytes_in} B in)"
+                            + (f" with credential {r.credential}" if r.credential else "")]
+        return ["", "", f"{what}: {one_line(r.reason, 60)}"]
     assert isinstance(r, DestroyRecord)
     return ["", "", ""]

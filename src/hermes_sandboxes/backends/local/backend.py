@@ -14,6 +14,8 @@ from typing import Literal
 from hermes_sandboxes.backends.local import cgroups, paths
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
 from hermes_sandboxes.backends.local.store import BtrfsStore, CopyStore, Store
+from hermes_sandboxes.egress import policy
+from hermes_sandboxes.egress.broker import BrokeredCredential
 from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.sandbox import (
@@ -50,12 +52,19 @@ class LocalBackend(Backend):
         image_size: str = "64G",
         limits: Limits | None = None,
         extra_masks: Sequence[str] = (),
+        credentials: Sequence[BrokeredCredential] = (),
+        upstream_ca: str | None = None,
     ) -> None:
+        """``credentials``: secrets brokered by the egress proxy of ``proxy`` sandboxes (their source
+        files are masked in every sandbox); ``upstream_ca``: a CA bundle that proxy trusts for
+        upstream servers instead of the system's (a private registry's, or a test server's)."""
         if store not in STORE_KINDS:
             raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
         self.home = paths.resolve_home(home)
         self.layout = paths.Layout(self.home)
-        self.extra_masks = tuple(extra_masks)
+        self.credentials = tuple(credentials)
+        self.extra_masks = tuple(extra_masks) + tuple(c.file for c in self.credentials if c.file)
+        self.upstream_ca = upstream_ca
         self._store_kind = store
         self._image_size = image_size
         self._limits = limits or default_limits()
@@ -128,6 +137,10 @@ class LocalBackend(Backend):
     def _validate_spec(self, spec: SandboxSpec) -> None:
         if spec.network not in NETWORK_MODES:
             raise InvalidInput(f"network must be one of {', '.join(NETWORK_MODES)}, got {spec.network!r}")
+        policy.validate(spec.allow)
+        if spec.allow and spec.network != "proxy":
+            raise InvalidInput("an allow-list only applies with network 'proxy' (the other modes "
+                               f"reach nothing or everything); got network {spec.network!r}")
         limits = spec.limits
         for label, value in (("memory", limits.memory_bytes), ("pids", limits.pids), ("cpus", limits.cpus)):
             if value is not None and value <= 0:

@@ -290,6 +290,8 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     os.close(log)
     os.close(devnull)
     freezer_fd = os.open(cfg["freezer"], os.O_RDONLY | os.O_DIRECTORY)
+    if cfg["network"] == "proxy":  # imported while the host's modules are still in reach (threads)
+        from hermes_sandboxes.backends.local import forwarder
     socket.sethostname(cfg["hostname"])
     rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"])
     rootfs.hide(cfg.get("hide", ()))
@@ -297,7 +299,7 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     # /root could hold a planted copy of the standard library's path).
     sys.path.clear()
     sys.path_importer_cache.clear()
-    if cfg["network"] == "loopback":
+    if cfg["network"] in ("loopback", "proxy"):
         _loopback_up()
     caps = command_capabilities(cfg["network"] == "host")
     _drop_privileges(caps, cfg["seccomp"])
@@ -306,6 +308,8 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     # let `kill -INT 1` end the sandbox. Ignored here; commands get the default back at spawn.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if cfg["network"] == "proxy":
+        forwarder.start([listener.fileno(), ready_w, freezer_fd])
     os.write(ready_w, b"ok")
     os.close(ready_w)
     Init(listener, freezer_fd, caps).serve()

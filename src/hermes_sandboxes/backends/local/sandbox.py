@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.local import cgroups, client, fileops, launcher, masks, paths, protocol, treediff
+from hermes_sandboxes.backends.local import (
+    cgroups,
+    client,
+    egress,
+    fileops,
+    launcher,
+    masks,
+    paths,
+    protocol,
+    treediff,
+)
 from hermes_sandboxes.backends.local.store import tree_bytes
+from hermes_sandboxes.egress import policy
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     ExecFailed,
@@ -20,6 +32,7 @@ from hermes_sandboxes.errors import (
     SandboxFileNotFound,
     SandboxNotFound,
 )
+from hermes_sandboxes.journal import audit_path
 from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
@@ -66,6 +79,11 @@ class LocalSandbox(Sandbox):
     def backend(self) -> LocalBackend:
         return self._backend
 
+    def _network_env(self) -> Mapping[str, str]:
+        if self.spec.network != "proxy":
+            return {}
+        return egress.command_env(self._run, self._backend.credentials)
+
     def _locked(self) -> Any:
         return paths.locked(self._lock, f"sandbox {self.name}")
 
@@ -108,6 +126,9 @@ class LocalSandbox(Sandbox):
                 if state is None:
                     self._stop()  # whatever is left of an init we cannot use (crashed, older version)
                     state = self._start()
+        if self.spec.network == "proxy" and not egress.alive(state.get("egress")):
+            with self._locked():
+                state = self._restart_proxy()
         freezer = Path(state["cgroups"]["freezer"])
         if cgroups.is_frozen(freezer) and not paths.is_locked(self._lock):
             cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
@@ -142,10 +163,51 @@ class LocalSandbox(Sandbox):
             "freezer": str(groups.freezer),
         }
         pid = launcher.start_init(self.name, config, self._backend.home)
-        state = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
-                 "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
+        state: dict[str, Any] = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
+                                 "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
+        if self.spec.network == "proxy":
+            try:
+                state["egress"] = self._start_proxy(pid)
+            except BaseException:
+                groups.kill_all()  # no half-started sandbox: the next command starts both again
+                raise
         paths.write_json(self._run / "init.json", state, durable=False)  # meaningless after a reboot
         return state
+
+    def _start_proxy(self, init_pid: int) -> dict[str, Any]:
+        backend = self._backend
+        return egress.start_proxy(
+            sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
+            audit=audit_path(backend.home), ca_dir=backend.home / "egress-ca", lower=self.spec.base or "/",
+            credentials=backend.credentials, upstream_ca=backend.upstream_ca)
+
+    def _restart_proxy(self) -> dict[str, Any]:
+        """Start the egress proxy again for a running init whose proxy died (caller holds the lock)."""
+        state = self._runtime()
+        if state is None:  # the init died meanwhile: start both again
+            self._stop()
+            return self._start()
+        if not egress.alive(state.get("egress")):
+            state = {**state, "egress": self._start_proxy(int(state["pid"]))}
+            paths.write_json(self._run / "init.json", state, durable=False)
+        return state
+
+    def set_allow(self, allow: Sequence[str]) -> None:
+        """Replace the sandbox's egress allow-list. A running sandbox's proxy applies it to the next
+        connection it sees (connections already open keep going); the list is kept for restarts."""
+        entries = policy.validate(allow)
+        with self._locked():
+            self._check_exists()
+            if self.spec.network != "proxy":
+                raise InvalidInput(f"sandbox {self.name} has network {self.spec.network!r}; an allow-list "
+                                   "only applies to network 'proxy'")
+            meta = paths.read_json(self._meta_file)
+            assert isinstance(meta, dict)
+            self.spec = dataclasses.replace(self.spec, allow=entries)
+            meta["spec"] = self.spec.to_dict()
+            paths.write_json(self._meta_file, meta)
+            if self._run.is_dir():
+                egress.EgressFiles(self._run).write_policy(entries)
 
     def apply_masks(self) -> None:
         """Hide host secrets in the writable layer (idempotent). Done at creation, so that a
@@ -173,6 +235,7 @@ class LocalSandbox(Sandbox):
         state = paths.read_json(self._run / "init.json")
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
             cgroups.SandboxCgroups(state["cgroups"]).kill_all()
+            egress.stop_proxy(state.get("egress"))
             # An init leaves its cgroup before it has finished dying (as PID 1 it first waits for
             # the namespace's other processes to be reaped): wait for that too, so "stopped" holds.
             pid, started = int(state.get("pid", 0)), state.get("start")
@@ -199,7 +262,8 @@ class LocalSandbox(Sandbox):
 
     # commands ----------------------------------------------------------------------------------
     @staticmethod
-    def _request(command: Command, cwd: str | None, env: Mapping[str, str] | None, name: str) -> dict[str, Any]:
+    def _request(command: Command, cwd: str | None, env: Mapping[str, str] | None, name: str,
+                 network_env: Mapping[str, str]) -> dict[str, Any]:
         if isinstance(command, str):
             request: dict[str, Any] = {"shell": command}
             _refuse_nul("command", command)
@@ -220,7 +284,7 @@ class LocalSandbox(Sandbox):
                 raise InvalidInput(f"invalid environment variable name {key!r}")
             _refuse_nul(f"environment variable {key}", str(value))
         request["cwd"] = cwd
-        request["env"] = {**BASE_ENV, "HOSTNAME": name, **(env or {})}
+        request["env"] = {**BASE_ENV, "HOSTNAME": name, **network_env, **(env or {})}
         return request
 
     def start(
@@ -233,7 +297,7 @@ class LocalSandbox(Sandbox):
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
     ) -> Process:
-        request = self._request(command, cwd, env, self.name)
+        request = self._request(command, cwd, env, self.name, self._network_env())
         return self._launch(request, stdin, on_stdout, on_stderr, background=True)
 
     def _start_for_exec(
@@ -246,7 +310,7 @@ class LocalSandbox(Sandbox):
         on_stdout: OutputSink,
         on_stderr: OutputSink,
     ) -> Process:
-        request = self._request(command, cwd, env, self.name)
+        request = self._request(command, cwd, env, self.name, self._network_env())
         return self._launch(request, stdin, on_stdout, on_stderr, background=False)
 
     def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
@@ -254,7 +318,7 @@ class LocalSandbox(Sandbox):
         """Run ``command`` on the caller's own stdin, stdout and stderr descriptors (e.g. the slave
         side of a pseudo-terminal for an interactive shell). Output goes straight there, so the
         process has no sinks; ``wait()`` and ``kill()`` work as for ``start()``."""
-        request = self._request(command, cwd, env, self.name)
+        request = self._request(command, cwd, env, self.name, self._network_env())
         return self._launch(request, None, None, None, background=False, attach=fds)
 
     def _launch(self, request: dict[str, Any], stdin: bytes | None, on_stdout: OutputSink | None,

@@ -1,0 +1,291 @@
+"""Network mode ``proxy``: an allow-list enforced by a host-side proxy, and brokered credentials.
+
+Everything here is real: test servers on the host's loopback (plain HTTP, HTTPS with a self-signed
+certificate the proxy is told to trust), curl, pip and git inside the sandbox, the proxy process
+the backend starts. The audit log is read back to check what the proxy recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.egress.broker import BrokeredCredential
+from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.journal import EgressRecord, Journal, audit_path
+from hermes_sandboxes.sandbox import SandboxSpec
+from tests.local import egress_kit
+from tests.local.kit import init_state, new_sandbox, pid_alive, sh, temp_backend
+
+SECRET = "hsb-test-secret-" + os.urandom(8).hex()
+SECRET_VAR = "HSB_EGRESS_TEST_TOKEN"  # the host variable the credential's value comes from
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the test servers serve: a pip simple index with one wheel, and a bare git repository."""
+    root = tmp_path_factory.mktemp("site")
+    wheel = root / "files" / "hsbdemo-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("hsbdemo/__init__.py", "VALUE = 42\n")
+        z.writestr("hsbdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hsbdemo\nVersion: 1.0\n")
+        z.writestr("hsbdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("hsbdemo-1.0.dist-info/RECORD", "")
+    index = root / "simple" / "hsbdemo"
+    index.mkdir(parents=True)
+    (index / "index.html").write_text(f'<a href="../../files/{wheel.name}">{wheel.name}</a>\n')
+    work = root / "work"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q", str(work)], ["-C", str(work), "commit", "-q", "--allow-empty", "-m", "hello"],
+                 ["clone", "-q", "--bare", str(work), str(root / "repo.git")],
+                 ["-C", str(root / "repo.git"), "update-server-info"]):
+        subprocess.run(["git", *args], check=True, env=env, capture_output=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def index_server(site: Path) -> Iterator[int]:
+    """``python3 -m http.server`` serving the site (the simple index and the dumb-HTTP git repository)."""
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+                             "--directory", str(site), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        match = re.search(r"port (\d+)", proc.stdout.readline())
+        assert match, "http.server did not say its port"
+        yield int(match.group(1))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def upstream_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return egress_kit.self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def http_a(site: Path) -> Iterator[egress_kit.Server]:
+    with egress_kit.serve(site, SECRET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def http_b(site: Path) -> Iterator[egress_kit.Server]:
+    with egress_kit.serve(site, SECRET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def https_a(site: Path, upstream_cert: tuple[Path, Path]) -> Iterator[egress_kit.Server]:
+    with egress_kit.serve(site, SECRET, tls=upstream_cert) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def https_b(site: Path, upstream_cert: tuple[Path, Path]) -> Iterator[egress_kit.Server]:
+    with egress_kit.serve(site, SECRET, tls=upstream_cert) as server:
+        yield server
+
+
+def audit(backend: LocalBackend, sb: LocalSandbox) -> list[EgressRecord]:
+    return Journal(audit_path(backend.home)).records_of(EgressRecord, sandbox=sb.name)
+
+
+CURL = "curl -sS -f -m 10"
+
+
+# allow-list ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plain(local_backend: LocalBackend, http_a: egress_kit.Server, https_a: egress_kit.Server,
+          upstream_cert: tuple[Path, Path]) -> Iterator[LocalSandbox]:
+    """A proxy sandbox (no credentials: tunnels pass through) allowed to reach http_a and https_a."""
+    spec = SandboxSpec(network="proxy", allow=(f"127.0.0.1:{http_a.port}", f"127.0.0.1:{https_a.port}"))
+    with new_sandbox(local_backend, spec) as sb:
+        sb.write_file("/root/upstream.pem", upstream_cert[0].read_bytes())
+        yield sb
+
+
+def test_an_allowed_http_server_answers_and_another_is_refused(
+        local_backend: LocalBackend, plain: LocalSandbox, http_a: egress_kit.Server,
+        http_b: egress_kit.Server) -> None:
+    before_b = len(http_b.requests)
+    assert sh(plain, f"{CURL} {http_a.url}/simple/hsbdemo/").stdout.startswith("<a href")
+    refused = plain.exec(f"{CURL} {http_b.url}/simple/hsbdemo/")
+    assert refused.exit_code == 22 and "403" in refused.stderr, refused.stderr
+    assert len(http_b.requests) == before_b
+    records = audit(local_backend, plain)
+    allowed = [r for r in records if r.port == http_a.port and r.verdict == "allowed"]
+    assert allowed and allowed[-1].bytes_in > 0 and allowed[-1].bytes_out > 0
+    assert any(r.port == http_b.port and r.verdict == "refused" for r in records)
+    assert "simple" not in json.dumps([r.to_dict() for r in records])  # no paths, no payload
+
+
+def test_https_through_a_connect_tunnel_to_an_allowed_server_only(
+        local_backend: LocalBackend, plain: LocalSandbox, https_a: egress_kit.Server,
+        https_b: egress_kit.Server) -> None:
+    ok = sh(plain, f"{CURL} --cacert /root/upstream.pem {https_a.url}/simple/hsbdemo/")
+    assert ok.stdout.startswith("<a href")
+    refused = plain.exec(f"{CURL} --cacert /root/upstream.pem {https_b.url}/simple/hsbdemo/")
+    assert refused.exit_code != 0 and "403" in refused.stderr, refused.stderr
+    assert not https_b.requests
+
+
+def test_without_the_proxy_variables_nothing_is_reachable(plain: LocalSandbox, http_a: egress_kit.Server) -> None:
+    before = len(http_a.requests)
+    direct = plain.exec(f"env -u http_proxy -u HTTP_PROXY {CURL} {http_a.url}/simple/hsbdemo/; "
+                        f"{CURL} --noproxy '*' {http_a.url}/simple/hsbdemo/; "
+                        "python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), timeout=3)'")
+    assert direct.exit_code != 0
+    assert direct.stderr.count("Failed to connect") == 2, direct.stderr  # the sandbox's own lo: nothing
+    assert "Network is unreachable" in direct.stderr  # no route off the sandbox's loopback
+    assert len(http_a.requests) == before
+    assert sh(plain, "ls /sys/class/net").stdout.split() == ["lo"]
+
+
+def test_pip_downloads_from_a_local_index_through_the_proxy(local_backend: LocalBackend, index_server: int) -> None:
+    spec = SandboxSpec(network="proxy", allow=(f"127.0.0.1:{index_server}",))
+    with new_sandbox(local_backend, spec) as sb:
+        result = sh(sb, f"python3 -m pip download --no-deps --disable-pip-version-check -d /root/dl "
+                        f"--index-url http://127.0.0.1:{index_server}/simple/ --trusted-host 127.0.0.1 hsbdemo",
+                    timeout=120)
+        assert "hsbdemo-1.0-py3-none-any.whl" in sh(sb, "ls /root/dl").stdout, result.stdout
+
+
+def test_git_clones_over_http_through_the_proxy(local_backend: LocalBackend, index_server: int) -> None:
+    spec = SandboxSpec(network="proxy", allow=(f"127.0.0.1:{index_server}",))
+    with new_sandbox(local_backend, spec) as sb:
+        sh(sb, f"git clone -q http://127.0.0.1:{index_server}/repo.git /root/repo", timeout=120)
+        assert sh(sb, "git -C /root/repo log --format=%s").stdout.strip() == "hello"
+
+
+def test_a_changed_allow_list_applies_to_the_next_connection_without_restart(
+        local_backend: LocalBackend, http_a: egress_kit.Server) -> None:
+    with new_sandbox(local_backend, SandboxSpec(network="proxy")) as sb:
+        assert sb.exec(f"{CURL} {http_a.url}/simple/hsbdemo/").exit_code == 22
+        pid = init_state(sb)["pid"]
+        sb.set_allow([f"127.0.0.1:{http_a.port}"])
+        sh(sb, f"{CURL} {http_a.url}/simple/hsbdemo/")
+        assert init_state(sb)["pid"] == pid
+        assert local_backend.get(sb.name).spec.allow == (f"127.0.0.1:{http_a.port}",)  # kept for restarts
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_unless_loopback_is_allowed(
+        local_backend: LocalBackend, http_a: egress_kit.Server) -> None:
+    """DNS rebinding: allowing a name does not allow the private address it resolves to."""
+    spec = SandboxSpec(network="proxy", allow=(f"localhost:{http_a.port}",))
+    with new_sandbox(local_backend, spec) as sb:
+        url = f"http://localhost:{http_a.port}/simple/hsbdemo/"
+        via_proxy = f"env -u NO_PROXY -u no_proxy {CURL} {url}"  # localhost is no-proxy by default
+        refused = sb.exec(via_proxy)
+        assert refused.exit_code == 22 and "403" in refused.stderr
+        record = audit(local_backend, sb)[-1]
+        assert record.verdict == "refused" and "not public" in record.reason
+        sb.set_allow([f"localhost:{http_a.port}", f"127.0.0.1:{http_a.port}"])
+        sh(sb, via_proxy)
+
+
+def test_a_proxy_that_died_is_started_again_by_the_next_command(
+        plain: LocalSandbox, http_a: egress_kit.Server) -> None:
+    proxy = init_state(plain)["egress"]
+    os.kill(proxy["pid"], 9)
+    os.waitpid(proxy["pid"], 0)
+    sh(plain, f"{CURL} {http_a.url}/simple/hsbdemo/")
+    assert init_state(plain)["egress"]["pid"] != proxy["pid"]
+
+
+def test_stopping_or_destroying_the_sandbox_kills_its_proxy(local_backend: LocalBackend) -> None:
+    with new_sandbox(local_backend, SandboxSpec(network="proxy")) as sb:
+        sh(sb, "true")
+        pid = init_state(sb)["egress"]["pid"]
+        sb.stop()
+        assert not pid_alive(pid)
+        sh(sb, "true")
+        pid = init_state(sb)["egress"]["pid"]
+    assert not pid_alive(pid)
+
+
+def test_bad_allow_lists_are_refused_before_anything_starts(local_backend: LocalBackend) -> None:
+    with pytest.raises(InvalidInput, match="preset"):
+        local_backend.create("nope", SandboxSpec(network="proxy", allow=("@nosuch",)))
+    with pytest.raises(InvalidInput, match="only applies"):
+        local_backend.create("nope", SandboxSpec(network="host", allow=("pypi.org",)))
+    assert "nope" not in local_backend.names()
+
+
+# credential brokering ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def broker_backend(upstream_cert: tuple[Path, Path], http_a: egress_kit.Server,
+                   https_a: egress_kit.Server) -> Iterator[LocalBackend]:
+    os.environ[SECRET_VAR] = SECRET
+    credential = BrokeredCredential(name="GITHUB_TOKEN", env=SECRET_VAR,
+                                    hosts=(f"127.0.0.1:{http_a.port}", f"127.0.0.1:{https_a.port}"))
+    try:
+        with temp_backend(store="copy", credentials=[credential], upstream_ca=str(upstream_cert[0])) as backend:
+            yield backend
+    finally:
+        os.environ.pop(SECRET_VAR, None)
+
+
+@pytest.fixture(scope="module")
+def brokered(broker_backend: LocalBackend, http_a: egress_kit.Server, http_b: egress_kit.Server,
+             https_a: egress_kit.Server, https_b: egress_kit.Server) -> Iterator[LocalSandbox]:
+    allow = tuple(f"127.0.0.1:{s.port}" for s in (http_a, http_b, https_a, https_b))
+    with new_sandbox(broker_backend, SandboxSpec(network="proxy", allow=allow)) as sb:
+        yield sb
+
+
+def test_the_placeholder_becomes_the_secret_for_the_credential_s_hosts_only(
+        broker_backend: LocalBackend, brokered: LocalSandbox, http_a: egress_kit.Server,
+        https_a: egress_kit.Server, http_b: egress_kit.Server, https_b: egress_kit.Server) -> None:
+    for server in (http_a, https_a):  # HTTPS: the proxy's CA is trusted through SSL_CERT_FILE
+        got = sh(brokered, f'{CURL} -H "Authorization: Bearer $GITHUB_TOKEN" {server.url}/auth')
+        assert got.stdout == "secret-arrived\n", server.url
+        basic = sh(brokered, f'{CURL} -u "x-access-token:$GITHUB_TOKEN" {server.url}/auth')
+        assert basic.stdout == "secret-arrived\n", server.url
+    for server in (http_b, https_b):
+        before = len(server.seen_auth)
+        refused = brokered.exec(f'{CURL} -H "Authorization: Bearer $GITHUB_TOKEN" {server.url}/auth')
+        assert refused.exit_code == 22 and "403" in refused.stderr, (server.url, refused.stderr)
+        assert len(server.seen_auth) == before
+        assert sh(brokered, f"{CURL} {server.url}/auth").stdout == "no-secret\n"  # the host itself is allowed
+    used = [r for r in audit(broker_backend, brokered) if r.credential == "GITHUB_TOKEN"]
+    assert {r.port for r in used} == {http_a.port, https_a.port}
+
+
+def test_the_secret_is_nowhere_in_the_sandbox_or_the_store(broker_backend: LocalBackend,
+                                                          brokered: LocalSandbox,
+                                                          https_a: egress_kit.Server) -> None:
+    sh(brokered, f'{CURL} -H "Authorization: Bearer $GITHUB_TOKEN" {https_a.url}/auth -o /root/answer; '
+                 'env > /root/env.txt')
+    env = sh(brokered, "env").stdout
+    assert "GITHUB_TOKEN=hsb-placeholder-github_token-" in env
+    assert SECRET not in env and SECRET_VAR not in env
+    assert sh(brokered, "grep -rlF \"$GITHUB_TOKEN\" /root").stdout.strip() == "/root/env.txt"
+    processes = sh(brokered, "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'").stdout
+    assert SECRET not in processes
+    brokered.checkpoint("after using the credential")
+    leaks = [str(p) for p in broker_backend.home.rglob("*")
+             if p.is_file() and not p.is_symlink() and SECRET.encode() in p.read_bytes()]
+    assert leaks == []  # store layers, checkpoints, run files, journals, the audit log
+    assert audit(broker_backend, brokered)  # ...which does exist and was searched
+
+
+def test_the_ca_key_stays_on_the_host(broker_backend: LocalBackend, brokered: LocalSandbox) -> None:
+    assert (broker_backend.home / "egress-ca" / "ca.key").is_file()
+    assert brokered.exec(f"ls {broker_backend.home}/egress-ca").stdout == ""
+    assert "BEGIN CERTIFICATE" in sh(brokered, "cat $SSL_CERT_FILE").stdout
+    assert "PRIVATE KEY" not in sh(brokered, "cat /dev/hermes-egress/*.pem").stdout
