@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import re
 import secrets as _random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hermes_sandboxes.egress.http import RequestHead
-from hermes_sandboxes.egress.policy import AllowList, parse_entry
+from hermes_sandboxes.egress.policy import AllowList, IPAddress, parse_entry
 from hermes_sandboxes.errors import InvalidInput
 
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -87,11 +89,11 @@ class _Entry:
 class Broker:
     """Swaps placeholders for secrets in request heads, for the hosts each credential names."""
 
-    def __init__(self, credentials: Sequence[Mapping[str, object]], secrets: Mapping[str, str]) -> None:
+    def __init__(self, credentials: Sequence[Mapping[str, Any]], secrets: Mapping[str, str]) -> None:
         """``credentials``: dicts with name, hosts and placeholder; ``secrets``: name -> value."""
         self._entries = [
             _Entry(str(c["name"]), str(c["placeholder"]), secrets.get(str(c["name"])),
-                   AllowList([str(h) for h in c["hosts"]]))  # type: ignore[attr-defined]
+                   AllowList([str(h) for h in c["hosts"]]))
             for c in credentials
         ]
 
@@ -101,11 +103,15 @@ class Broker:
     def secrets(self) -> dict[str, str]:
         return {e.name: e.secret for e in self._entries if e.secret}
 
-    def _for_host(self, entry: _Entry, host: str, port: int) -> bool:
-        hosts = entry.hosts
-        return any(rule.matches_name(host) and rule.allows_port(port) for rule in hosts.rules) or any(
-            rule.network is not None and rule.allows_port(port) and _in_network(host, rule.network)
-            for rule in hosts.rules)
+    @staticmethod
+    def _for_host(entry: _Entry, host: str, port: int) -> bool:
+        try:
+            address: IPAddress | None = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            address = None
+        return any(rule.allows_port(port) and (rule.matches_name(host.lower()) if address is None else
+                                               rule.network is not None and address in rule.network)
+                   for rule in entry.hosts.rules)
 
     def apply(self, host: str, port: int, head: RequestHead) -> str | None:
         """Rewrite ``head`` in place for ``host:port``; the credential used, if any. Raises Refused."""
@@ -124,15 +130,6 @@ class Broker:
                 head.headers = [(k, _swap(v, entry.placeholder, entry.secret)) for k, v in head.headers]
                 used = entry.name
         return used
-
-
-def _in_network(host: str, network: object) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host) in network  # type: ignore[operator]
-    except ValueError:
-        return False
 
 
 def _basic(value: str) -> str | None:

@@ -84,6 +84,7 @@ class EgressProxy:
                 self._forward(conn, head, pending, tally)
         except _Refusal as refusal:
             tally.verdict, tally.reason = "refused", str(refusal)
+            self._record(tally)  # before the answer: whoever saw the refusal finds it in the log
             if not refusal.answered:
                 _send_quietly(conn, error_response(refusal.status, refusal.reason, str(refusal)))
         except BadRequest as exc:
@@ -96,8 +97,9 @@ class EgressProxy:
             self._record(tally)
 
     def _record(self, tally: relay.Tally) -> None:
-        if not tally.host:
-            return  # nothing was asked for (a probe, or a client that hung up at once)
+        if not tally.host or tally.recorded:
+            return  # nothing was asked for (a probe, or a client that hung up at once), or done
+        tally.recorded = True
         try:
             self.audit.append(EgressRecord(
                 sandbox=self.sandbox, host=tally.host, port=tally.port,

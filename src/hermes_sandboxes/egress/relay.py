@@ -35,6 +35,7 @@ class Tally:
     bytes_out: int = 0
     bytes_in: int = 0
     credential: str | None = None
+    recorded: bool = False
 
 
 def _close_both(a: socket.socket, b: socket.socket) -> None:
