@@ -26,3 +26,18 @@ def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_pat
                                             "create_ms", "idle_memory_mb", "diff_ms"}
     assert "| exec round trip" in proc.stdout
     assert not list(Path("/tmp").glob("hsb-*")), "the benchmark left its store behind"
+
+
+PROXY_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_proxy.py"
+
+
+def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_path: Path) -> None:
+    out = tmp_path / "proxy.json"
+    proc = subprocess.run([sys.executable, str(PROXY_BENCH), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert results["download"]["host_mb_s"] > 0 and results["download"]["proxy_mb_s"] > 0
+    assert results["https_small"]["samples"] == 20 and results["https_small"]["proxy_brokered_p50_ms"] > 0
+    assert "| download 20 MB, proxy" in proc.stdout
+    assert not list(Path("/tmp").glob("hsb-*")), "the benchmark left its stores behind"
