@@ -70,7 +70,7 @@ def test_create_prints_the_name_and_ls_lists_it_with_its_spec(home: Path) -> Non
         assert set(listed) == {"name", "backend", "ephemeral", "state", "created_at", "spec", "layer_bytes",
                                "checkpoint_count"}
         assert listed["backend"] == "local" and listed["ephemeral"] is False
-        assert listed["spec"] == {"network": "loopback", "masks": ["/opt/secret"], "base": None,
+        assert listed["spec"] == {"network": "loopback", "masks": ["/opt/secret"], "base": None, "allow": [],
                                   "limits": {"memory_bytes": 512 << 20, "pids": 200, "cpus": 1.5}}
         assert listed["checkpoint_count"] == 0
         plain = ok(home, "ls").stdout.splitlines()
