@@ -162,6 +162,13 @@ def test_without_the_proxy_variables_nothing_is_reachable(plain: LocalSandbox, h
     assert sh(plain, "ls /sys/class/net").stdout.split() == ["lo"]
 
 
+def test_the_proxy_socket_is_there_without_a_host_path_in_the_mount_table(
+        local_backend: LocalBackend, plain: LocalSandbox) -> None:
+    assert sh(plain, "test -S /dev/hermes-egress/proxy.sock && echo socket").stdout == "socket\n"
+    mounts = sh(plain, "cat /proc/self/mountinfo").stdout
+    assert str(local_backend.home) not in mounts and "hermes-egress" not in mounts
+
+
 def test_pip_downloads_from_a_local_index_through_the_proxy(local_backend: LocalBackend, index_server: int) -> None:
     spec = SandboxSpec(network="proxy", allow=(f"127.0.0.1:{index_server}",))
     with new_sandbox(local_backend, spec) as sb:
