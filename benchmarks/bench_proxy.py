@@ -10,22 +10,29 @@ Writes JSON (default benchmarks/results/proxy.json) and prints a Markdown table.
 - latency: curl's own time for a small HTTPS request, median over many; ``proxy`` through a plain
   CONNECT tunnel, and with credential brokering (TLS terminated and re-established by the proxy);
   target: <= 5 ms added at the median for the tunnel.
+- relay design: the same bulk copy (TCP in, TCP out, 256 KiB reads) done by a thread per
+  connection, as the proxy does, and by asyncio streams, in one process: why the proxy uses threads.
+- the proxy process's resident memory, without and with credential brokering (which loads
+  ``cryptography``).
 No number here is asserted by the test suite: these machines are noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import platform
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +102,95 @@ def latency(sandboxes: dict[str, LocalSandbox], url: str, samples: int) -> dict[
     return out
 
 
+_CHUNK = 256 * 1024
+
+
+def _source(size: int) -> int:
+    """A TCP server that sends ``size`` bytes to each connection."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def send(conn: socket.socket) -> None:
+        with conn:
+            block, left = b"x" * _CHUNK, size
+            while left > 0:
+                conn.sendall(block[:min(left, _CHUNK)])
+                left -= _CHUNK
+
+    def serve() -> None:
+        while True:
+            threading.Thread(target=send, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return int(listener.getsockname()[1])
+
+
+def _threaded_relay(upstream: int) -> int:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pump(conn: socket.socket) -> None:
+        with conn, socket.create_connection(("127.0.0.1", upstream)) as up:
+            buf = bytearray(_CHUNK)
+            view = memoryview(buf)
+            while n := up.recv_into(buf):
+                conn.sendall(view[:n])
+
+    def serve() -> None:
+        while True:
+            threading.Thread(target=pump, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return int(listener.getsockname()[1])
+
+
+def _asyncio_relay(upstream: int) -> int:
+    ready, ports = threading.Event(), []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream, limit=_CHUNK)
+        while data := await up_reader.read(_CHUNK):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+        up_writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, limit=_CHUNK)
+        ports.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        await server.serve_forever()
+
+    threading.Thread(target=lambda: asyncio.run(main()), daemon=True).start()
+    ready.wait(10)
+    return int(ports[0])
+
+
+def _fetch_mb_s(port: int, size: int) -> float:
+    started = time.perf_counter()
+    total, buf = 0, bytearray(_CHUNK)
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        while n := conn.recv_into(buf):
+            total += n
+    assert total == size
+    return size / (time.perf_counter() - started) / 1e6
+
+
+def relay_design(size: int, rounds: int) -> dict[str, Any]:
+    source = _source(size)
+    ports = {"direct": source, "threads": _threaded_relay(source), "asyncio": _asyncio_relay(source)}
+    samples: dict[str, list[float]] = {label: [] for label in ports}
+    for _ in range(rounds):
+        for label, port in ports.items():
+            samples[label].append(_fetch_mb_s(port, size))
+    return {f"{label}_mb_s": round(statistics.median(values), 1) for label, values in samples.items()}
+
+
+def proxy_rss_mb(sb: LocalSandbox) -> float:
+    state = json.loads((sb.backend.layout.run_dir(sb.name) / "init.json").read_text())
+    with open(f"/proc/{state['egress']['pid']}/status") as f:
+        rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return round(rss_kb / 1024, 1)
+
+
 def run(quick: bool, work: Path) -> dict[str, Any]:
     size = (20 if quick else 200) << 20
     site = work / "site"
@@ -122,6 +218,9 @@ def run(quick: bool, work: Path) -> dict[str, Any]:
             print("latency...", file=sys.stderr)
             results["https_small"] = latency({"host": host, "proxy_tunnel": tunnel, "proxy_brokered": brokered},
                                              f"{tls_server.url}/small", 20 if quick else 100)
+            results["proxy_rss_mb"] = {"tunnel": proxy_rss_mb(tunnel), "brokering": proxy_rss_mb(brokered)}
+        print("relay design...", file=sys.stderr)
+        results["relay_design"] = relay_design(size, 3 if quick else 5)
         return results
     finally:
         for sb in sandboxes:
@@ -139,6 +238,10 @@ def table(results: dict[str, Any]) -> str:
         f"+{lat['added_tunnel_p50_ms']} ms (target <= 5) |",
         f"| small HTTPS request, proxy brokering | {lat['proxy_brokered_p50_ms']} ms | "
         f"+{lat['added_brokered_p50_ms']} ms |",
+        f"| proxy process RSS, tunnel / brokering | {results['proxy_rss_mb']['tunnel']} / "
+        f"{results['proxy_rss_mb']['brokering']} MB | |",
+        f"| bulk relay in-process: direct / threads / asyncio | {results['relay_design']['direct_mb_s']} / "
+        f"{results['relay_design']['threads_mb_s']} / {results['relay_design']['asyncio_mb_s']} MB/s | |",
     ]
     return "| measure | median | note |\n|---|---|---|\n" + "\n".join(rows)
 
@@ -151,7 +254,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_proxy: must run as root (the local sandbox needs it)", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="hsb-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="hsb-proxy-", dir="/tmp"))
     try:
         results = run(args.quick, work)
     finally:

@@ -39,5 +39,6 @@ def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_pat
     results = json.loads(out.read_text())["results"]
     assert results["download"]["host_mb_s"] > 0 and results["download"]["proxy_mb_s"] > 0
     assert results["https_small"]["samples"] == 20 and results["https_small"]["proxy_brokered_p50_ms"] > 0
+    assert results["relay_design"]["threads_mb_s"] > 0 and results["proxy_rss_mb"]["brokering"] > 0
     assert "| download 20 MB, proxy" in proc.stdout
-    assert not list(Path("/tmp").glob("hsb-*")), "the benchmark left its stores behind"
+    assert not list(Path("/tmp").glob("hsb-proxy-*")), "the benchmark left its stores behind"
