@@ -150,6 +150,14 @@ def test_https_through_a_connect_tunnel_to_an_allowed_server_only(
     assert not https_b.requests
 
 
+def test_a_host_header_naming_another_host_is_refused(plain: LocalSandbox, http_a: egress_kit.Server) -> None:
+    """No domain fronting: the server would route by Host, which must be the host that was checked."""
+    before = len(http_a.requests)
+    refused = plain.exec(f"{CURL} -H 'Host: elsewhere.example' {http_a.url}/simple/hsbdemo/")
+    assert refused.exit_code == 22 and "403" in refused.stderr
+    assert len(http_a.requests) == before
+
+
 def test_without_the_proxy_variables_nothing_is_reachable(plain: LocalSandbox, http_a: egress_kit.Server) -> None:
     before = len(http_a.requests)
     direct = plain.exec(f"env -u http_proxy -u HTTP_PROXY {CURL} {http_a.url}/simple/hsbdemo/; "

@@ -133,6 +133,13 @@ class EgressProxy:
         raise _Refusal(502, "Bad Gateway", f"cannot connect: {error}")
 
     def _broker(self, host: str, port: int, head: RequestHead, tally: relay.Tally) -> None:
+        """Check the request's Host header, then swap or refuse its placeholders."""
+        named = [v for k, v in head.headers if k.lower() == "host"]
+        if len(named) > 1 or (named and _host_of(named[0]) != host.lower().strip("[]")):
+            # the server would route by that header (a CDN serving many names): letting it differ from
+            # the host checked would let a request reach, and a credential go to, a name not allowed
+            tally.verdict = "refused"
+            raise _Refusal(403, "Forbidden", f"refused {host}:{port}: the Host header names another host")
         try:
             tally.credential = self.broker.apply(host, port, head)
         except Refused as exc:
@@ -171,6 +178,13 @@ class EgressProxy:
                 refusal.answered = True
                 raise
             relay.exchange(inner.for_origin(inner.target), rest, client, server, tally)
+
+
+def _host_of(value: str) -> str:
+    try:
+        return split_authority(value.strip().lower(), 0)[0].strip("[]")
+    except BadRequest:
+        return ""
 
 
 def _send_quietly(conn: socket.socket, data: bytes) -> None:

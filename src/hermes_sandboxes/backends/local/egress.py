@@ -120,7 +120,12 @@ def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[s
     ({"pid", "start"}) for init.json."""
     files = EgressFiles(run_dir)
     files.write_policy(allow)
-    dir_fd = _inside_dir(init_pid)
+    try:
+        dir_fd = _inside_dir(init_pid)
+    except OSError as exc:
+        raise SandboxError(f"sandbox {sandbox}: cannot reach {forwarder.INSIDE_DIR} inside ({exc.strerror}; "
+                           "removed or replaced from inside?); stop the sandbox and run a command to start "
+                           "it afresh") from exc
     try:
         if credentials:
             _install_trust(dir_fd, ca_dir, lower)
