@@ -7,6 +7,7 @@ import contextlib
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,13 @@ def backend(fake: FakeE2B) -> Iterator[E2BBackend]:
         for info in b.list():
             with contextlib.suppress(SandboxError):
                 b.get(info.name).destroy()
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -89,18 +97,32 @@ def test_an_ephemeral_sandbox_is_killed_at_its_lease_end_and_on_destroy(fake: Fa
 
 def test_exec_extends_the_lease_first_and_returns_code_and_both_streams(fake: FakeE2B, backend: E2BBackend) -> None:
     with opened(backend) as sb:
+        connects = f"/v2/sandboxes/{sb.sandbox_id}/connect"
         fake.clear_requests()
         result = sb.exec("echo out; echo err >&2; pwd; echo $X; exit 3", env={"X": "y"}, timeout=600)
         assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n/home/user\ny\n", "err\n")
-        connect, start = [r for r in fake.requests if r.path.endswith("/connect") or r.rpc == "Process/Start"]
+        wait_until(lambda: fake.calls("POST", connects), "the lease extension")
+        (connect,) = fake.calls("POST", connects)
         assert connect.body == {"timeout": 600 + 1 + 30}  # max(lease, timeout + grace)
+        (start,) = fake.calls(rpc="Process/Start")
         assert start.body["timeout_ms"] == (600 + 30) * 1000  # the stream's own deadline
         assert start.body["cwd"] == "/home/user" and start.body["envs"] == {"X": "y"}
         sb.exec(["printf", "%s", "a b"], timeout=5)
-        assert fake.calls("POST", f"/v2/sandboxes/{sb.sandbox_id}/connect")[-1].body == {"timeout": 300}
+        wait_until(lambda: len(fake.calls("POST", connects)) == 2, "the second extension")
+        assert fake.calls("POST", connects)[-1].body == {"timeout": 300}
         assert sb.exec(["printf", "%s", "a b"]).stdout == "a b"  # argv is quoted, not split
         assert sb.exec("cat", stdin=b"fed").stdout == "fed"
         assert not fake.calls(path=f"/sandboxes/{sb.sandbox_id}/timeout")  # never a call that can shorten
+
+
+def test_with_little_lease_left_the_extension_completes_before_the_command(fake: FakeE2B) -> None:
+    short = E2BBackend(E2BSettings(lease_seconds=60), api_key=API_KEY, profile=f"/profiles/{secrets.token_hex(4)}",
+                       api_url=fake.url, sandbox_url=fake.url)
+    with opened(short) as sb:
+        fake.clear_requests()
+        assert sb.exec("true").exit_code == 0
+        assert [r.rpc or r.path for r in fake.requests] == [f"/v2/sandboxes/{sb.sandbox_id}/connect",
+                                                            "Process/Start"]
 
 
 def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survive(
@@ -219,10 +241,15 @@ def test_checkpoints_are_snapshots_and_restore_replaces_the_sandbox_keeping_iden
     assert not [c for c in fake.world.snapshots.values() if c.snapshot_id == first.id]  # destroy removed it
 
 
-def test_errors_are_mapped_and_never_show_the_key(fake: FakeE2B, backend: E2BBackend) -> None:
+def test_errors_are_mapped_and_never_show_the_key(
+        fake: FakeE2B, backend: E2BBackend, caplog: pytest.LogCaptureFixture) -> None:
     with opened(backend) as sb:
-        fake.fail("POST", r"/v2/sandboxes/.*/connect", 500, message=f"boom, key was {API_KEY}")
-        with pytest.raises(SandboxError) as exc:
+        fake.fail("POST", r"/v2/sandboxes/.*/connect", 500, message=f"boom, key was {API_KEY}", times=2)
+        with caplog.at_level(logging.WARNING, logger="hermes_sandboxes.backends.e2b"):
+            assert sb.exec("true").exit_code == 0  # plenty of lease left: the extension ran beside it
+            wait_until(lambda: "extending the lease of work failed" in caplog.text, "the warning")
+        assert API_KEY not in caplog.text and "[REDACTED:E2B_API_KEY]" in caplog.text
+        with pytest.raises(SandboxError) as exc:  # now the lease is unknown: it is extended first
             sb.exec("true")
         assert API_KEY not in str(exc.value) and "[REDACTED:E2B_API_KEY]" in str(exc.value)
         assert type(exc.value).__name__ in ("SandboxUnreachable", "ExecFailed")

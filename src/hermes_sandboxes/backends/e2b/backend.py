@@ -198,6 +198,7 @@ class E2BBackend(Backend):
                 template: str | None = None) -> E2BSandbox:
         """Create the sandbox from ``template`` (a snapshot id, for a fork) or the settings' template."""
         lease = self.lease(ephemeral)
+        lease_until = time.monotonic() + lease
         try:
             sdk = e2b.Sandbox.create(
                 template=template or settings.template, timeout=lease, metadata=self._metadata(name, scope, ephemeral),
@@ -216,12 +217,14 @@ class E2BBackend(Backend):
                                             internet=settings.allow_internet_access)
             raise error from None
         return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=True,
-                          internet=settings.allow_internet_access)
+                          internet=settings.allow_internet_access, lease_until=lease_until)
 
     def _attach(self, sandbox_id: str, name: str, scope: str, *, ephemeral: bool, created: bool,
                 internet: bool | None = None) -> E2BSandbox:
+        lease_until = time.monotonic() + self.lease(ephemeral)
         sdk = self.call(f"connect to sandbox {name}",
                         lambda: e2b.Sandbox.connect(sandbox_id, timeout=self.lease(ephemeral), **self.opts))
         if internet is None:
             internet = self.settings.allow_internet_access
-        return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=created, internet=internet)
+        return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=created, internet=internet,
+                          lease_until=lease_until)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import logging
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import e2b
 
@@ -42,6 +43,10 @@ if TYPE_CHECKING:
     from hermes_sandboxes.backends.e2b.backend import E2BBackend
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# A lease known to last longer than this outlives any control-plane request (60 s by default), so
+# the extension for a command may run beside the command instead of before it.
+LEASE_MARGIN_S = 90.0
 SNAPSHOT_PREFIX = "hs-"
 CHECKPOINT_INDEX = ".cache/hermes-sandboxes/checkpoints.json"  # comments, under the sandbox's home
 
@@ -61,7 +66,7 @@ def _paused_state() -> SandboxState:
 
 class E2BSandbox(Sandbox):
     def __init__(self, backend: E2BBackend, sdk: e2b.Sandbox, name: str, scope: str, *, ephemeral: bool,
-                 created: bool, internet: bool) -> None:
+                 created: bool, internet: bool, lease_until: float = 0.0) -> None:
         self._backend = backend
         self._sdk = sdk
         self.name = name
@@ -71,6 +76,8 @@ class E2BSandbox(Sandbox):
         self.home = "/home/user"
         self.internet = internet
         self._local = threading.local()
+        self._lease_lock = threading.Lock()
+        self._lease_until = lease_until  # monotonic; the lease surely lasts until then (0: unknown)
 
     @property
     def backend(self) -> E2BBackend:
@@ -87,8 +94,43 @@ class E2BSandbox(Sandbox):
         """Extend-only: a running sandbox keeps the longer of its lease and ``seconds``; a paused one
         resumes. The SDK object is replaced, since a resumed sandbox may have new envd credentials."""
         sandbox_id = self.sandbox_id
+        asked = time.monotonic()
         self._sdk = self._call("extend the lease", lambda: e2b.Sandbox.connect(
             sandbox_id, timeout=seconds, **self._backend.opts))
+        with self._lease_lock:
+            self._lease_until = max(self._lease_until, asked + seconds)
+
+    def _renew_for(self, seconds: int) -> None:
+        """Extend the lease for a command about to start. When the lease left is known to outlast
+        the extension request, the request runs beside the command (saving a round trip); otherwise,
+        or when it is unknown, it completes first. Either way E2B's timeout cannot fire mid-command."""
+        with self._lease_lock:
+            plenty = self._lease_until - time.monotonic() > LEASE_MARGIN_S
+        if not plenty:
+            self.extend_lease(seconds)
+            return
+        threading.Thread(target=self._extend_quietly, args=(seconds,), name=f"e2b-lease-{self.name}",
+                         daemon=True).start()
+
+    def _extend_quietly(self, seconds: int) -> None:
+        try:
+            self.extend_lease(seconds)
+        except SandboxError as exc:
+            with self._lease_lock:
+                self._lease_until = 0.0  # unknown now: the next command extends before it starts
+            log.warning("E2B: extending the lease of %s failed (%s); the next command retries first",
+                        self.name, exc)
+
+    def _resuming(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn`` against envd; a sandbox found paused (by another process's stop(), or its lease
+        running out) is resumed with the extend-only connect and ``fn`` tried once more."""
+        try:
+            return self._call(what, fn)
+        except SandboxError as exc:
+            if not isinstance(exc.__context__, e2b.SandboxNotRunningException):
+                raise
+        self.extend_lease(self._backend.lease(self.ephemeral))
+        return self._call(what, fn)
 
     def info(self) -> SandboxInfo:
         return _info(self._call("describe", lambda: self._sdk.get_info()))
@@ -99,7 +141,7 @@ class E2BSandbox(Sandbox):
              on_stderr: OutputSink | None = None, capture_limit: int = 256 * 1024) -> ExecResult:
         settings = self._backend.settings
         need = 0 if timeout is None else int(timeout) + 1 + settings.command_grace_seconds
-        self.extend_lease(max(self._backend.lease(self.ephemeral), need))
+        self._renew_for(max(self._backend.lease(self.ephemeral), need))
         # the stream's own deadline is a safety net should this host vanish mid-command
         self._local.deadline = None if timeout is None else timeout + settings.command_grace_seconds
         try:
@@ -111,7 +153,7 @@ class E2BSandbox(Sandbox):
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: bytes | None = None, on_stdout: OutputSink | None = None,
               on_stderr: OutputSink | None = None) -> Process:
-        self.extend_lease(self._backend.lease(self.ephemeral))
+        self._renew_for(self._backend.lease(self.ephemeral))
         return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, None)
 
     def _start_for_exec(self, command: Command, *, cwd: str | None, env: Mapping[str, str] | None,
@@ -129,10 +171,13 @@ class E2BSandbox(Sandbox):
             line = shlex.join(argv)
         if cwd is not None and not cwd.startswith("/"):
             raise InvalidInput(f"working directory must be absolute, got {cwd!r}")
+        def run() -> Any:
+            return self._sdk.commands.run(line, background=True, envs=dict(env or {}),
+                                          cwd=cwd or self._backend.settings.cwd, stdin=stdin is not None,
+                                          timeout=deadline or 0, retain_output=False)
+
+        handle = self._resuming("start a command", run)
         sdk = self._sdk
-        handle = self._call("start a command", lambda: sdk.commands.run(
-            line, background=True, envs=dict(env or {}), cwd=cwd or self._backend.settings.cwd,
-            stdin=stdin is not None, timeout=deadline or 0, retain_output=False))
         if stdin is not None:
             self._call("send input", lambda: sdk.commands.send_stdin(handle.pid, stdin))
             self._call("close input", lambda: sdk.commands.close_stdin(handle.pid))
@@ -147,23 +192,25 @@ class E2BSandbox(Sandbox):
 
     def read_file(self, path: str) -> bytes:
         path = self._absolute(path)
-        return bytes(self._call(f"read {path}", lambda: self._sdk.files.read(path, format="bytes")))
+        return bytes(self._resuming(f"read {path}", lambda: self._sdk.files.read(path, format="bytes")))
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         path = self._absolute(path)
-        self._call(f"write {path}", lambda: self._sdk.files.write(path, data, use_octet_stream=True))
+        self._resuming(f"write {path}", lambda: self._sdk.files.write(path, data, use_octet_stream=True))
         if mode != 0o644:  # envd writes 0644; anything else costs one more round trip
             self._call(f"chmod {path}", lambda: self._sdk.commands.run(
                 shlex.join(["chmod", f"{mode:o}", "--", path]), timeout=60))
 
     def delete_file(self, path: str) -> None:
         path = self._absolute(path)
-        self._call(f"delete {path}", lambda: self._sdk.files.remove(path))
+        self._resuming(f"delete {path}", lambda: self._sdk.files.remove(path))
 
     # lifecycle -----------------------------------------------------------------------------------
     def stop(self) -> None:
         """Pause: the files stay, processes end (a filesystem-only pause). The next command resumes."""
         sandbox_id = self.sandbox_id
+        with self._lease_lock:
+            self._lease_until = 0.0  # the next command resumes it before it starts
         self._call("pause", lambda: e2b.Sandbox.pause(sandbox_id, **self._backend.opts))
 
     def destroy(self) -> None:
