@@ -7,3 +7,4 @@ bash scripts/setup.sh test
 .venv/bin/python benchmarks/bench_journal.py
 .venv/bin/python benchmarks/bench_hermes.py
 .venv/bin/python benchmarks/bench_proxy.py
+.venv/bin/python benchmarks/bench_e2b.py
