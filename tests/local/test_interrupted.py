@@ -14,7 +14,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups, launcher
 from tests.local.kit import PYTHON, cgroup_dir, manifest, sh, wait_for, without_inodes
 
 
@@ -85,3 +85,16 @@ def test_a_restore_killed_midway_leaves_the_files_exactly_as_they_were(
     assert not any(p.name.startswith(".") for p in store_backend.store.sandbox_dir(sb.name).iterdir())
     sb.restore(ck.id)  # and a restore works afterwards
     assert sh(sb, "cat /root/state; test -e /etc/issue && echo base-back").stdout == "at-checkpoint\nbase-back\n"
+
+
+def test_a_launcher_started_ahead_does_nothing_when_its_caller_goes_away() -> None:
+    """A restore starts the new init's launcher before it stops the old init; if the restore dies
+    (or gives up) before handing over the configuration, that launcher must simply exit."""
+    ahead = launcher.start_ahead()
+    assert ahead.stdin is not None
+    ahead.stdin.close()  # what the kernel does to the pipe when the restoring process dies
+    assert ahead.wait(30) != 0
+    assert ahead.stderr is not None and b"EOFError" in ahead.stderr.read()
+    ahead.stderr.close()
+    assert ahead.stdout is not None and ahead.stdout.read() == b""  # no init was started
+    ahead.stdout.close()

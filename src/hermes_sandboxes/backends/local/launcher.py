@@ -23,20 +23,41 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 # -I: no PYTHON* variables, no user site and no current directory on sys.path; -S: no site-packages
 # processing (.pth files of every installed package): the init needs only this package, whose
 # parent directory comes with the configuration.
-_BOOTSTRAP = ("import marshal, sys; c = marshal.load(sys.stdin.buffer); sys.path.insert(0, c['package']); "
-              "from hermes_sandboxes.backends.local.init import main; main(c)")
+# Two messages on stdin: the package's parent directory, then the configuration. The init module
+# is imported between them, so a launcher started ahead (start_ahead) is ready when told.
+_BOOTSTRAP = ("import marshal, sys; sys.path.insert(0, marshal.load(sys.stdin.buffer)); "
+              "from hermes_sandboxes.backends.local.init import main; main(marshal.load(sys.stdin.buffer))")
 _ARGV = ("hermes-sandboxes-init", "-I", "-S", "-c", _BOOTSTRAP)
 
 
-def start_init(name: str, config: dict[str, Any], store_home: Path) -> int:
-    """Start the init of sandbox ``name``; returns its host pid once it serves requests."""
+def start_ahead() -> subprocess.Popen[bytes]:
+    """A launcher that starts its interpreter and imports the init now, and sets up a sandbox only
+    once given its configuration (start_init(..., ahead=)); if its caller gives up or dies first,
+    it exits having done nothing."""
+    proc = subprocess.Popen(list(_ARGV), executable=sys.executable, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_INIT_ENV, start_new_session=True)
+    assert proc.stdin is not None
+    proc.stdin.write(marshal.dumps(_PACKAGE_PARENT))
+    proc.stdin.flush()
+    return proc
+
+
+def start_init(name: str, config: dict[str, Any], store_home: Path,
+               ahead: subprocess.Popen[bytes] | None = None) -> int:
+    """Start the init of sandbox ``name`` (with a launcher started ahead, if given); returns its
+    host pid once it serves requests."""
     full = {**config, "package": _PACKAGE_PARENT, "seccomp": syscall_filter.compiled(),
             "hide": masks.hidden_from_sandboxes(store_home) if config["lower"] == "/" else []}
-    proc = subprocess.run(
-        list(_ARGV), executable=sys.executable, input=marshal.dumps(full), capture_output=True,
-        env=_INIT_ENV, start_new_session=True, timeout=60,
-    )
-    if proc.returncode != 0:
-        detail = proc.stderr.decode(errors="replace").strip() or "no detail"
+    if ahead is None:
+        proc = subprocess.run(
+            list(_ARGV), executable=sys.executable, input=marshal.dumps(_PACKAGE_PARENT) + marshal.dumps(full),
+            capture_output=True, env=_INIT_ENV, start_new_session=True, timeout=60,
+        )
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        out, err = ahead.communicate(marshal.dumps(full), timeout=60)
+        code = ahead.returncode
+    if code != 0:
+        detail = err.decode(errors="replace").strip() or "no detail"
         raise SandboxError(f"sandbox {name} failed to start: {detail} (see {config['log']})")
-    return int(proc.stdout.strip())
+    return int(out.strip())

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -134,11 +135,13 @@ class LocalSandbox(Sandbox):
             cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
         return str(self._socket), freezer
 
-    def _start(self) -> dict[str, Any]:
-        """Start the init (caller holds the lock)."""
+    def _start(self, ahead: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
+        """Start the init (caller holds the lock), with a launcher started ahead if given (see
+        restore, which has then cleaned the store up itself)."""
         store = self._backend.store
         store.ensure()
-        store.gc(self.name)
+        if ahead is None:
+            store.gc(self.name)
         layer = store.layer(self.name)
         if not layer.is_dir():
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
@@ -162,7 +165,7 @@ class LocalSandbox(Sandbox):
             "cgroups": list(groups.dirs.values()),
             "freezer": str(groups.freezer),
         }
-        pid = launcher.start_init(self.name, config, self._backend.home)
+        pid = launcher.start_init(self.name, config, self._backend.home, ahead)
         state: dict[str, Any] = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
                                  "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
         if self.spec.network == "proxy":
@@ -412,9 +415,20 @@ class LocalSandbox(Sandbox):
             store = self._backend.store
             store.ensure()
             self._require_checkpoint(checkpoint_id)
-            self._stop()
-            store.restore(self.name, checkpoint_id)
-            self._start()
+            store.gc(self.name)
+            # The new init's interpreter starts (tens of ms) while the copy is staged and the old
+            # init stops; it sets up only when told, once the copy is in place.
+            ahead = launcher.start_ahead()
+            try:
+                staged = store.stage_restore(self.name, checkpoint_id)
+                self._stop()
+                old = store.publish_restore(self.name, checkpoint_id, staged)
+                self._start(ahead)
+            finally:
+                if ahead.poll() is None:  # not used: the restore failed before the start
+                    ahead.kill()
+                ahead.communicate()
+            store.discard(old)  # after the start: the sandbox is usable a few ms sooner
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         with self._locked():

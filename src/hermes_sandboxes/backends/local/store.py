@@ -156,6 +156,11 @@ class Store(ABC):
         staged.rename(self.checkpoint_path(name, checkpoint_id))
 
     def restore(self, name: str, checkpoint_id: str) -> None:
+        staged = self.stage_restore(name, checkpoint_id)
+        self.discard(self.publish_restore(name, checkpoint_id, staged))
+
+    def stage_restore(self, name: str, checkpoint_id: str) -> Path:
+        """A writable copy of the checkpoint beside the layer, ready to take its place."""
         staged = self.sandbox_dir(name) / f".tmp-restore-{checkpoint_id}"
         self._copy_volume(self.checkpoint_path(name, checkpoint_id), staged, readonly=False)
         work = staged / "work"
@@ -163,11 +168,18 @@ class Store(ABC):
             self._clear(work)
         else:
             work.mkdir(mode=0o700)
+        return staged
+
+    def publish_restore(self, name: str, checkpoint_id: str, staged: Path) -> Path:
+        """Swap the staged copy in (one atomic exchange); returns where the old layer now is."""
         _test_pause("restore-staged")
         sc.rename_exchange(str(staged), str(self.layer(name)))
         old = self.sandbox_dir(name) / f".old-{checkpoint_id}-{time.time_ns()}"
         staged.rename(old)
-        self._remove_volume(old)
+        return old
+
+    def discard(self, volume: Path) -> None:
+        self._remove_volume(volume)
 
     def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
         path = self.checkpoint_path(name, checkpoint_id)
@@ -216,7 +228,10 @@ class Store(ABC):
     def _clear(directory: Path) -> None:
         for entry in directory.iterdir():
             if entry.is_dir() and not entry.is_symlink():
-                remove_tree(entry)
+                try:
+                    entry.rmdir()  # the overlay's scratch directories are usually empty
+                except OSError:
+                    remove_tree(entry)
             else:
                 entry.unlink()
 
