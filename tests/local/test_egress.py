@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -313,3 +315,19 @@ def test_the_ca_key_stays_on_the_host(broker_backend: LocalBackend, brokered: Lo
     assert brokered.exec(f"ls {broker_backend.home}/egress-ca").stdout == ""
     assert "BEGIN CERTIFICATE" in sh(brokered, "cat $SSL_CERT_FILE").stdout
     assert "PRIVATE KEY" not in sh(brokered, "cat /dev/hermes-egress/*.pem").stdout
+
+
+def test_a_credential_from_a_host_file_is_brokered_and_its_file_hidden(http_a: egress_kit.Server) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="hsb-egress-cred-", dir="/srv"))
+    try:
+        token_file = directory / "token"
+        token_file.write_text(SECRET + "\n")
+        credential = BrokeredCredential(name="API_TOKEN", file=str(token_file), hosts=(f"127.0.0.1:{http_a.port}",))
+        with temp_backend(store="copy", credentials=[credential]) as backend, \
+                new_sandbox(backend, SandboxSpec(network="proxy", allow=(f"127.0.0.1:{http_a.port}",))) as sb:
+            hidden = sb.exec(f"cat {token_file}")
+            assert hidden.exit_code != 0 and SECRET not in hidden.stdout
+            got = sh(sb, f'{CURL} -H "Authorization: token $API_TOKEN" {http_a.url}/auth')
+            assert got.stdout == "secret-arrived\n"
+    finally:
+        shutil.rmtree(directory)
