@@ -241,6 +241,17 @@ def test_stopping_or_destroying_the_sandbox_kills_its_proxy(local_backend: Local
     assert not pid_alive(pid)
 
 
+def test_a_restored_proxy_sandbox_gets_a_new_proxy_and_keeps_its_list(
+        local_backend: LocalBackend, http_a: egress_kit.Server) -> None:
+    with new_sandbox(local_backend, SandboxSpec(network="proxy", allow=(f"127.0.0.1:{http_a.port}",))) as sb:
+        sh(sb, f"{CURL} {http_a.url}/simple/hsbdemo/")
+        checkpoint = sb.checkpoint()
+        old = init_state(sb)["egress"]["pid"]
+        sb.restore(checkpoint.id)
+        assert not pid_alive(old)
+        sh(sb, f"{CURL} {http_a.url}/simple/hsbdemo/")
+
+
 def test_bad_allow_lists_are_refused_before_anything_starts(local_backend: LocalBackend) -> None:
     with pytest.raises(InvalidInput, match="preset"):
         local_backend.create("nope", SandboxSpec(network="proxy", allow=("@nosuch",)))
