@@ -25,6 +25,7 @@ from hermes_sandboxes.egress.broker import BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.journal import EgressRecord, Journal, audit_path
 from hermes_sandboxes.sandbox import SandboxSpec
+from tests.cli_kit import ok
 from tests.local import egress_kit
 from tests.local.kit import init_state, new_sandbox, pid_alive, sh, temp_backend, wait_for
 
@@ -140,6 +141,16 @@ def test_an_allowed_http_server_answers_and_another_is_refused(
     assert allowed[-1].bytes_in > 0 and allowed[-1].bytes_out > 0 and allowed[-1].reason == f"127.0.0.1:{http_a.port}"
     assert audit(local_backend, plain)[-1].port == http_b.port  # the refusal is logged before curl hears of it
     assert "simple" not in json.dumps([r.to_dict() for r in audit(local_backend, plain)])  # no paths, no payload
+
+
+def test_the_cli_log_shows_what_the_proxy_let_through_and_refused(
+        local_backend: LocalBackend, plain: LocalSandbox, http_a: egress_kit.Server,
+        http_b: egress_kit.Server) -> None:
+    sh(plain, f"{CURL} {http_a.url}/simple/hsbdemo/")
+    plain.exec(f"{CURL} {http_b.url}/simple/hsbdemo/")
+    audited(local_backend, plain, http_a.port, "allowed")
+    shown = ok(local_backend.home, "log", plain.name).stdout
+    assert f"allowed 127.0.0.1:{http_a.port}" in shown and f"refused 127.0.0.1:{http_b.port}" in shown, shown
 
 
 def test_https_through_a_connect_tunnel_to_an_allowed_server_only(
