@@ -50,6 +50,25 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             return
         super().do_GET()
 
+    def do_POST(self) -> None:
+        """Answers the SHA-256 of the body it received (framed by Content-Length or chunked)."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                digest.update(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b""):
+                pass
+        else:
+            digest.update(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        body = (digest.hexdigest() + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, format: str, *args: object) -> None:
         pass
 

@@ -171,6 +171,16 @@ def test_a_host_header_naming_another_host_is_refused(plain: LocalSandbox, http_
     assert len(http_a.requests) == before
 
 
+def test_request_bodies_reach_the_server_whole_however_they_are_framed(
+        plain: LocalSandbox, http_a: egress_kit.Server) -> None:
+    """Content-Length, chunked, and curl's Expect: 100-continue for a body over 1 MB."""
+    sh(plain, "head -c 3000000 /dev/urandom > /root/body")
+    expected = sh(plain, "sha256sum /root/body").stdout.split()[0]
+    for extra in ("", "-H 'Transfer-Encoding: chunked'"):
+        got = sh(plain, f"{CURL} {extra} --data-binary @/root/body {http_a.url}/post")
+        assert got.stdout.strip() == expected, extra
+
+
 def test_without_the_proxy_variables_nothing_is_reachable(plain: LocalSandbox, http_a: egress_kit.Server) -> None:
     before = len(http_a.requests)
     direct = plain.exec(f"env -u http_proxy -u HTTP_PROXY {CURL} {http_a.url}/simple/hsbdemo/; "
@@ -312,6 +322,14 @@ def test_the_placeholder_becomes_the_secret_for_the_credential_s_hosts_only(
         wait_for(lambda s=server: any(r.port == s.port and r.credential == "GITHUB_TOKEN"
                                       for r in audit(broker_backend, brokered)), "the credential's audit record")
     assert not any(r.credential for r in audit(broker_backend, brokered) if r.port in (http_b.port, https_b.port))
+
+
+def test_an_intercepted_https_request_carries_its_body_whole(brokered: LocalSandbox,
+                                                            https_a: egress_kit.Server) -> None:
+    sh(brokered, "head -c 3000000 /dev/urandom > /root/body")
+    expected = sh(brokered, "sha256sum /root/body").stdout.split()[0]
+    got = sh(brokered, f"{CURL} -H 'Transfer-Encoding: chunked' --data-binary @/root/body {https_a.url}/post")
+    assert got.stdout.strip() == expected
 
 
 def test_the_secret_is_nowhere_in_the_sandbox_or_the_store(broker_backend: LocalBackend,
