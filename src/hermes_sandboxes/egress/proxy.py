@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT_S = 10.0
 HEAD_TIMEOUT_S = 30.0
+# Threads run on the host, outside the sandbox's process limit: a sandbox opening connections
+# without end must not exhaust the host, so connections past this many wait to be accepted.
+MAX_CONNECTIONS = 256
 
 
 class _Refusal(Exception):
@@ -71,10 +74,19 @@ class EgressProxy:
             raise ValueError("brokered credentials need a certificate authority for HTTPS")
 
     def serve(self, listener: socket.socket) -> None:
-        """Accept connections forever, each on its own thread."""
+        """Accept connections forever, each on its own thread, at most MAX_CONNECTIONS at once."""
+        slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+        def run(conn: socket.socket) -> None:
+            try:
+                self.handle(conn)
+            finally:
+                slots.release()
+
         while True:
+            slots.acquire()
             conn, _ = listener.accept()
-            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+            threading.Thread(target=run, args=(conn,), daemon=True).start()
 
     def handle(self, conn: socket.socket) -> None:
         tally = relay.Tally()
