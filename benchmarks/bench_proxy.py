@@ -21,20 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
-import re
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +44,6 @@ from tests.local import egress_kit  # noqa: E402  (the tests' loopback servers a
 
 TARGETS = {"throughput_ratio": 0.8, "added_latency_p50_ms": 5.0}
 CURL_TIME = "curl -sS -f -o /dev/null -w '%{time_total}\\n'"
-
-
-@contextlib.contextmanager
-def http_server(directory: Path) -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-                             str(directory), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        match = re.search(r"port (\d+)", proc.stdout.readline())
-        assert match
-        yield int(match.group(1))
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _curl_seconds(sb: LocalSandbox, args: str, count: int = 1) -> list[float]:
@@ -205,7 +187,7 @@ def run(quick: bool, work: Path) -> dict[str, Any]:
     brokering = LocalBackend(work / "brokering", store="copy", credentials=[credential], upstream_ca=str(cert[0]))
     sandboxes: list[LocalSandbox] = []
     try:
-        with http_server(site) as port, egress_kit.serve(site, "unused", tls=cert) as tls_server:
+        with egress_kit.http_server_process(site) as port, egress_kit.serve(site, "unused", tls=cert) as tls_server:
             allow = (f"127.0.0.1:{port}", f"127.0.0.1:{tls_server.port}")
             host = plain.create("bench-host", SandboxSpec(network="host"))
             tunnel = plain.create("bench-proxy", SandboxSpec(network="proxy", allow=allow))

@@ -1,14 +1,20 @@
 """Loopback servers on the host for the egress tests: plain HTTP and HTTPS (self-signed), each
 serving a directory and an ``/auth`` endpoint that says whether the expected secret arrived (never
-echoing what it received, so the sandbox cannot learn the secret from the answer)."""
+echoing what it received, so the sandbox cannot learn the secret from the answer); and a site with
+a pip simple index and a bare git repository, served by ``python3 -m http.server``."""
 
 from __future__ import annotations
 
 import datetime
 import http.server
 import ipaddress
+import os
+import re
 import ssl
+import subprocess
+import sys
 import threading
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +25,47 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+WHEEL = "hsbdemo-1.0-py3-none-any.whl"
+
+
+def build_site(root: Path) -> Path:
+    """A pip simple index with one wheel (hsbdemo 1.0) and a bare git repository (repo.git, one
+    commit named "hello", ready for dumb HTTP)."""
+    wheel = root / "files" / WHEEL
+    wheel.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("hsbdemo/__init__.py", "VALUE = 42\n")
+        z.writestr("hsbdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hsbdemo\nVersion: 1.0\n")
+        z.writestr("hsbdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("hsbdemo-1.0.dist-info/RECORD", "")
+    index = root / "simple" / "hsbdemo"
+    index.mkdir(parents=True)
+    (index / "index.html").write_text(f'<a href="../../files/{WHEEL}">{WHEEL}</a>\n')
+    work = root / "work"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q", str(work)], ["-C", str(work), "commit", "-q", "--allow-empty", "-m", "hello"],
+                 ["clone", "-q", "--bare", str(work), str(root / "repo.git")],
+                 ["-C", str(root / "repo.git"), "update-server-info"]):
+        subprocess.run(["git", *args], check=True, env=env, capture_output=True)
+    return root
+
+
+@contextmanager
+def http_server_process(directory: Path) -> Iterator[int]:
+    """``python3 -m http.server`` serving ``directory`` on 127.0.0.1; yields its port."""
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+                             "--directory", str(directory), "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        match = re.search(r"port (\d+)", proc.stdout.readline())
+        assert match, "http.server did not say its port"
+        yield int(match.group(1))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @dataclass

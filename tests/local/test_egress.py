@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,42 +31,14 @@ SECRET_VAR = "HSB_EGRESS_TEST_TOKEN"  # the host variable the credential's value
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What the test servers serve: a pip simple index with one wheel, and a bare git repository."""
-    root = tmp_path_factory.mktemp("site")
-    wheel = root / "files" / "hsbdemo-1.0-py3-none-any.whl"
-    wheel.parent.mkdir()
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr("hsbdemo/__init__.py", "VALUE = 42\n")
-        z.writestr("hsbdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: hsbdemo\nVersion: 1.0\n")
-        z.writestr("hsbdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr("hsbdemo-1.0.dist-info/RECORD", "")
-    index = root / "simple" / "hsbdemo"
-    index.mkdir(parents=True)
-    (index / "index.html").write_text(f'<a href="../../files/{wheel.name}">{wheel.name}</a>\n')
-    work = root / "work"
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    for args in (["init", "-q", str(work)], ["-C", str(work), "commit", "-q", "--allow-empty", "-m", "hello"],
-                 ["clone", "-q", "--bare", str(work), str(root / "repo.git")],
-                 ["-C", str(root / "repo.git"), "update-server-info"]):
-        subprocess.run(["git", *args], check=True, env=env, capture_output=True)
-    return root
+    return egress_kit.build_site(tmp_path_factory.mktemp("site"))
 
 
 @pytest.fixture(scope="module")
 def index_server(site: Path) -> Iterator[int]:
     """``python3 -m http.server`` serving the site (the simple index and the dumb-HTTP git repository)."""
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
-                             "--directory", str(site), "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
-    try:
-        assert proc.stdout is not None
-        match = re.search(r"port (\d+)", proc.stdout.readline())
-        assert match, "http.server did not say its port"
-        yield int(match.group(1))
-    finally:
-        proc.kill()
-        proc.wait()
+    with egress_kit.http_server_process(site) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
