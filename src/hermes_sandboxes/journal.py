@@ -128,6 +128,7 @@ class ExecRecord(RecordBase):
     timed_out: bool = False
     origin: Mapping[str, str] = field(default_factory=dict)  # e.g. task id, session id
     error: str | None = None
+    internal: bool = False  # sent by the agent framework itself (risk.hermes_internal), not the agent
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"command": self.command, "exit_code": self.exit_code,
@@ -136,6 +137,8 @@ class ExecRecord(RecordBase):
             out["origin"] = {str(k): str(v) for k, v in self.origin.items()}
         if self.error is not None:
             out["error"] = self.error
+        if self.internal:
+            out["internal"] = True
         return out
 
     @classmethod
@@ -148,7 +151,8 @@ class ExecRecord(RecordBase):
                    duration_s=float(_get(d, "duration_s", (int, float))),
                    timed_out=bool(_get(d, "timed_out", bool, optional=True)),
                    origin={str(k): str(v) for k, v in origin.items()},
-                   error=_get(d, "error", str, optional=True))
+                   error=_get(d, "error", str, optional=True),
+                   internal=bool(_get(d, "internal", bool, optional=True)))
 
 
 @dataclass(frozen=True)
@@ -452,8 +456,8 @@ class Journal:
     def records_of(self, kind: type[R], *, sandbox: str | None = None) -> list[R]:
         return [r for r in self.records(sandbox=sandbox) if isinstance(r, kind)]
 
-    def story(self, sandbox: str | None = None) -> Story:
-        return fold_story(self.records(sandbox=sandbox))
+    def story(self, sandbox: str | None = None, *, include_internal: bool = False) -> Story:
+        return fold_story(self.records(sandbox=sandbox), include_internal=include_internal)
 
     def commands_since(self, checkpoint_id: str, *, sandbox: str | None = None,
                        created_at: float | None = None) -> list[ExecRecord] | None:
@@ -581,11 +585,13 @@ def _common_ancestor(a: _Node | None, b: _Node | None) -> _Node | None:
     return a
 
 
-def fold_story(records: Iterable[Record]) -> Story:
-    """Replay records (oldest first) into the story of each checkpoint."""
+def fold_story(records: Iterable[Record], *, include_internal: bool = False) -> Story:
+    """Replay records (oldest first) into the story of each checkpoint. Commands the agent framework
+    sent by itself are left out unless ``include_internal``: they are not the agent's story."""
     story = Story()
     for record in records:
-        story._apply(record)
+        if include_internal or not (isinstance(record, ExecRecord) and record.internal):
+            story._apply(record)
     return story
 
 

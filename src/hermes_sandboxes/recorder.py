@@ -48,7 +48,14 @@ from hermes_sandboxes.journal import (
     journal_path,
     validate_trigger,
 )
-from hermes_sandboxes.risk import CHECKPOINT_POLICIES, CheckpointPolicy, RiskVerdict, wants_checkpoint
+from hermes_sandboxes.risk import (
+    CHECKPOINT_POLICIES,
+    CheckpointPolicy,
+    RiskVerdict,
+    hermes_internal,
+    wants_checkpoint,
+)
+from hermes_sandboxes.risk.internal import is_hermes_scratch
 from hermes_sandboxes.sandbox import (
     Capability,
     Checkpoint,
@@ -172,8 +179,8 @@ class RecordedSandbox:
         if self._audit is not None:
             self._audit.append(record)
 
-    def _story(self) -> Story:
-        return self._journal.story(self.name)
+    def _story(self, include_internal: bool = False) -> Story:
+        return self._journal.story(self.name, include_internal=include_internal)
 
     def _require_checkpoints(self) -> None:
         backend = self._inner.backend
@@ -213,9 +220,11 @@ class RecordedSandbox:
             result = self._inner.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout,
                                       on_stdout=on_stdout, on_stderr=on_stderr, capture_limit=capture_limit)
         except SandboxError as exc:
-            self.record_exec(text, None, time.monotonic() - started, origin=origin, error=str(exc))
+            self.record_exec(text, None, time.monotonic() - started, origin=origin, error=str(exc),
+                             internal=verdict.internal is not None)
             raise
-        self.record_exec(text, result.exit_code, result.duration_s, timed_out=result.timed_out, origin=origin)
+        self.record_exec(text, result.exit_code, result.duration_s, timed_out=result.timed_out, origin=origin,
+                         internal=verdict.internal is not None)
         return RecordedExec(result, auto, verdict)
 
     def checkpoint_if_risky(self, command: str, *, policy: CheckpointPolicy | None = None,
@@ -232,12 +241,16 @@ class RecordedSandbox:
         return taken, verdict
 
     def record_exec(self, command: str, exit_code: int | None, duration_s: float, *, timed_out: bool = False,
-                    origin: Mapping[str, str] | None = None, error: str | None = None) -> None:
+                    origin: Mapping[str, str] | None = None, error: str | None = None,
+                    internal: bool | None = None) -> None:
         """Journal (and audit) a command that ran through another path than ``exec``, e.g. a
-        streaming start() driven by a caller; ``origin`` adds to the sandbox's own tags."""
+        streaming start() driven by a caller; ``origin`` adds to the sandbox's own tags. ``internal``
+        marks housekeeping the agent framework sent by itself; None recognises it from the text."""
+        if internal is None:
+            internal = hermes_internal(command) is not None
         self._record(ExecRecord(sandbox=self.name, command=command, exit_code=exit_code,
                                 duration_s=duration_s, timed_out=timed_out,
-                                origin={**self.origin, **(origin or {})}, error=error))
+                                origin={**self.origin, **(origin or {})}, error=error, internal=internal))
 
     def _exists(self, path: str) -> bool:
         """Whether ``path`` exists in the sandbox; the classifier asks only about redirect targets
@@ -291,14 +304,15 @@ class RecordedSandbox:
                 continue  # another process pruned it first
             self._record(CheckpointDeleteRecord(sandbox=self.name, id=checkpoint_id, reason="retention"))
 
-    def checkpoints(self) -> list[Checkpoint]:
-        """The sandbox's checkpoints, oldest first, each with its story in ``extra``."""
+    def checkpoints(self, *, include_internal: bool = False) -> list[Checkpoint]:
+        """The sandbox's checkpoints, oldest first, each with its story in ``extra`` (the agent
+        framework's own housekeeping commands left out unless ``include_internal``)."""
         listed = self._inner.checkpoints()
-        story, live = self._story(), {c.id for c in listed}
+        story, live = self._story(include_internal), {c.id for c in listed}
         return [self._enrich(c, story, live) for c in listed]
 
-    def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
-        for checkpoint in self.checkpoints():
+    def get_checkpoint(self, checkpoint_id: str, *, include_internal: bool = False) -> Checkpoint:
+        for checkpoint in self.checkpoints(include_internal=include_internal):
             if checkpoint.id == checkpoint_id:
                 return checkpoint
         raise CheckpointNotFound(
@@ -335,10 +349,12 @@ class RecordedSandbox:
 
     # -- restore, delete, destroy ---------------------------------------------------------------
 
-    def restore_preview(self, checkpoint_id: str, *, diff: bool = True) -> RestorePreview:
-        """What restoring ``checkpoint_id`` would throw away; changes nothing."""
-        checkpoint = self.get_checkpoint(checkpoint_id)
-        since = self._story().commands_since(checkpoint_id, created_at=checkpoint.created_at)
+    def restore_preview(self, checkpoint_id: str, *, diff: bool = True,
+                        include_internal: bool = False) -> RestorePreview:
+        """What restoring ``checkpoint_id`` would throw away; changes nothing. The agent framework's
+        housekeeping (its commands and scratch files) is left out unless ``include_internal``."""
+        checkpoint = self.get_checkpoint(checkpoint_id, include_internal=include_internal)
+        since = self._story(include_internal).commands_since(checkpoint_id, created_at=checkpoint.created_at)
         commands = None if since is None else tuple(since)
         backend = self._inner.backend
         if not diff:
@@ -347,15 +363,17 @@ class RecordedSandbox:
             return RestorePreview(checkpoint, commands, None, None,
                                   f"the {backend.name} backend cannot diff checkpoints")
         try:
-            changes = tuple(self._inner.diff(checkpoint_id))
+            changes = tuple(c for c in self._inner.diff(checkpoint_id)
+                            if include_internal or not is_hermes_scratch(c.path))
         except Unsupported as exc:
             return RestorePreview(checkpoint, commands, None, None, str(exc))
         return RestorePreview(checkpoint, commands, changes, summarize(changes))
 
-    def restore(self, checkpoint_id: str) -> list[ExecRecord] | None:
-        """Restore and record it; returns the commands thrown away (None: the journal cannot tell)."""
+    def restore(self, checkpoint_id: str, *, include_internal: bool = False) -> list[ExecRecord] | None:
+        """Restore and record it; returns the commands thrown away (None: the journal cannot tell),
+        the agent framework's own housekeeping left out unless ``include_internal``."""
         checkpoint = self.get_checkpoint(checkpoint_id)
-        discarded = self._story().commands_since(checkpoint_id, created_at=checkpoint.created_at)
+        discarded = self._story(include_internal).commands_since(checkpoint_id, created_at=checkpoint.created_at)
         self._inner.restore(checkpoint_id)
         self._record(RestoreRecord(sandbox=self.name, id=checkpoint_id, discarded=len(discarded or ())))
         return discarded

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from cli_kit import as_json
 from fakes.model_server import Conversation, Step, call, say
 from loop_kit import checkpoint_named
 
@@ -147,3 +148,36 @@ def test_an_approved_dangerous_command_runs_after_an_automatic_checkpoint_if_the
         assert [c.id for c in checkpoints] == [checkpoint_named(approved["output"])]
     else:
         assert "checkpoint" not in approved["output"] and checkpoints == []
+
+
+def test_a_named_checkpoint_survives_a_flood_of_execute_code_and_file_tools(agent_loop: AgentLoop) -> None:
+    flood: list[Step] = []
+    for i in range(12):
+        flood.append(call("execute_code", code=f"print({i} * 2)"))
+        flood.append(call("write_file", path=f"/root/notes/n{i}.txt", content=f"note {i}\n"))
+        flood.append(call("read_file", path=f"/root/notes/n{i}.txt"))
+    run = agent_loop.ask([
+        terminal("mkdir -p /root/app && echo v1 > /root/app/main.py"),
+        terminal("rm -rf /root/app"),
+        *flood,
+        with_named_checkpoint(lambda cp: sandbox_tool("sandbox_diff", id=cp)),
+        with_named_checkpoint(lambda cp: sandbox_tool("sandbox_restore", id=cp)),
+        terminal("cat /root/app/main.py"),
+        say("restored"),
+    ], timeout=400)
+    results = run.tool_json()
+    named = checkpoint_named(results[1]["output"])
+    diff, restored, after = results[-3:]
+    assert all(r.get("status") == "success" for r in results[2:-3:3]), "every execute_code ran"
+    assert not [c for c in diff["changes"] if "/tmp/hermes" in c["path"]], "scratch files are not the agent's"
+    assert restored["restored"] == named and after["output"].strip() == "v1"
+    assert not [c for c in restored["discarded_commands"] if "hermes_rkernel" in c or "__HERMES_" in c]
+
+    sandbox = agent_loop.sandbox().name
+    assert named in [c["id"] for c in as_json(agent_loop.backend.home, "checkpoint", "list", sandbox)]
+    everything = as_json(agent_loop.backend.home, "log", sandbox, "--all")
+    told = as_json(agent_loop.backend.home, "log", sandbox)
+    internal = [r for r in everything if r.get("internal")]
+    assert any("/rpc/req_*" in r["command"] for r in internal) and not [r for r in told if r.get("internal")]
+    autos = [r for r in everything if r["type"] == "checkpoint" and r["trigger"] == "auto"]
+    assert [r["id"] for r in autos] == [named], "Hermes's housekeeping took no checkpoint"

@@ -38,6 +38,7 @@ from hermes_sandboxes.journal import (
     RestoreRecord,
 )
 from hermes_sandboxes.recorder import RestorePreview
+from hermes_sandboxes.risk.internal import is_hermes_scratch
 from hermes_sandboxes.sandbox import ChangeKind, Checkpoint, FileChange
 
 EXIT_CANCELLED = 1
@@ -107,15 +108,19 @@ def _commands_count(c: Checkpoint) -> str:
     return "-" if commands is None else str(len(commands))
 
 
+ALL_HELP = "Also the commands the agent framework sent by itself (Hermes's file helpers, polls, kernel)."
+
+
 @checkpoint.command(name="show")
 @click.argument("name")
 @click.argument("checkpoint_id", metavar="ID")
+@click.option("--all", "show_all", is_flag=True, help=ALL_HELP)
 @json_option
 @click.pass_obj
-def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, as_json: bool) -> None:
+def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, show_all: bool, as_json: bool) -> None:
     """Everything known about one checkpoint: when, why, and what ran before it."""
     ui = Ui()
-    c = _session(workspace, name).recorded.get_checkpoint(checkpoint_id)
+    c = _session(workspace, name).recorded.get_checkpoint(checkpoint_id, include_internal=show_all)
     if as_json:
         ui.json(c.to_dict())
         return
@@ -160,15 +165,16 @@ def _exit_text(code: object, timed_out: bool = False) -> str:
 @click.argument("from_id", metavar="ID")
 @click.argument("to_id", metavar="[ID2]", required=False)
 @click.option("--full", is_flag=True, help="Every changed file, not a summary by directory.")
+@click.option("--all", "show_all", is_flag=True, help="Also Hermes's scratch files (/tmp/hermes-snap-* ...).")
 @json_option
 @click.pass_obj
 def diff_checkpoint(workspace: Workspace, name: str, from_id: str, to_id: str | None, full: bool,
-                    as_json: bool) -> None:
+                    show_all: bool, as_json: bool) -> None:
     """What changed since checkpoint ID (or between ID and ID2)."""
     ui = Ui()
     session = _session(workspace, name)
     with ui.status("comparing…"):
-        changes = session.diff(from_id, to_id)
+        changes = [c for c in session.diff(from_id, to_id) if show_all or not is_hermes_scratch(c.path)]
     summary = summarize(changes)
     if as_json:
         data: dict[str, Any] = {"from": from_id, "to": to_id, "summary": summary.to_dict()}
@@ -273,9 +279,10 @@ def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str) -> No
 
 @click.command(short_help="A sandbox's audit trail.")
 @click.argument("name")
+@click.option("--all", "show_all", is_flag=True, help=ALL_HELP)
 @json_option
 @click.pass_obj
-def log(workspace: Workspace, name: str, as_json: bool) -> None:
+def log(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
     """NAME's audit trail: commands, checkpoints, restores and deletions, oldest first.
 
     Also works for a sandbox that was destroyed, as long as its history is in the audit log."""
@@ -284,6 +291,8 @@ def log(workspace: Workspace, name: str, as_json: bool) -> None:
     records = workspace.audit().records(sandbox=name)
     if not records and name not in workspace.backend.names():
         raise SandboxNotFound(f"no sandbox named {name} and no history for it; see `hermes-sandboxes ls`")
+    if not show_all:
+        records = [r for r in records if not (isinstance(r, ExecRecord) and r.internal)]
     if as_json:
         ui.json([r.to_dict() for r in records])
         return

@@ -15,6 +15,10 @@ Choices, fail-closed because a needless checkpoint is cheap and a lost file is n
 - input that is not valid shell (an unbalanced quote) is scanned for dangerous program names and
   SQL anywhere, then read again without its quotes, so ``echo 'rm -rf /`` counts as risky.
 
+Commands Hermes Agent sends by itself (its file helpers, ``execute_code`` kernel, background polls,
+shell snapshot) are recognised by their exact shape (``risk.internal``) and are never risky, except
+its write helper over a protected path; the verdict names them in ``internal``.
+
 Blind spots: stdin we cannot see (``psql < dump.sql``, ``cat f | sh``); scripts, Makefile recipes,
 aliases and functions defined earlier; the values of variables; other languages beyond a few
 deletion calls in ``python -c``/``node -e``/``perl -e``; ``~``, and relative paths when no ``cwd``
@@ -29,9 +33,11 @@ from typing import Literal
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.risk.context import _Context, _normalise
+from hermes_sandboxes.risk.internal import HERMES_SCRATCH_GLOBS, hermes_internal, internal_write_target
 from hermes_sandboxes.risk.scan import _scan
 
-__all__ = ["CHECKPOINT_POLICIES", "CheckpointPolicy", "RiskVerdict", "classify", "wants_checkpoint"]
+__all__ = ["CHECKPOINT_POLICIES", "HERMES_SCRATCH_GLOBS", "CheckpointPolicy", "RiskVerdict", "classify",
+           "hermes_internal", "wants_checkpoint"]
 
 CheckpointPolicy = Literal["off", "risky", "always"]
 CHECKPOINT_POLICIES: tuple[CheckpointPolicy, ...] = ("off", "risky", "always")
@@ -41,6 +47,7 @@ CHECKPOINT_POLICIES: tuple[CheckpointPolicy, ...] = ("off", "risky", "always")
 class RiskVerdict:
     risky: bool
     reasons: tuple[str, ...] = ()  # short and human-readable: "recursive rm of /root/app"
+    internal: str | None = None  # which part of Hermes sent the command by itself (see risk.internal)
 
 
 def classify(
@@ -62,6 +69,13 @@ def classify(
         if not path.startswith("/"):
             raise InvalidInput(f"path {path!r} is relative: give protected paths and cwd as absolute paths")
     ctx = _Context(tuple(_normalise(p) for p in protected_paths), exists, cwd and _normalise(cwd))
+    if kind := hermes_internal(command):
+        # Hermes's housekeeping is never risky; its write helper is the agent's write_file, which
+        # protected paths still guard.
+        target = internal_write_target(command)
+        if target and (hit := ctx.protected_hit(target)):
+            ctx.add(f"write_file over protected path {hit}")
+        return RiskVerdict(bool(ctx.reasons), tuple(ctx.reasons), internal=kind)
     _scan(command, ctx, 0)
     return RiskVerdict(bool(ctx.reasons), tuple(ctx.reasons))
 
@@ -77,8 +91,10 @@ def wants_checkpoint(
     """Whether to checkpoint before ``command``: never (off), always, or when it is risky."""
     if policy == "off":
         return RiskVerdict(False)
-    if policy == "always":
+    if policy == "always" and hermes_internal(command) is None:  # "every command" means the agent's
         return RiskVerdict(True, ("policy always",))
+    if policy == "always":
+        return classify(command, protected_paths=protected_paths, exists=exists, cwd=cwd)
     if policy == "risky":
         return classify(command, protected_paths=protected_paths, exists=exists, cwd=cwd)
     raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CHECKPOINT_POLICIES)}")
