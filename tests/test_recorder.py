@@ -108,7 +108,7 @@ def test_the_policy_can_be_chosen_per_command(record: Factory) -> None:
 
 
 def test_retention_keeps_the_last_ten_automatic_checkpoints_and_every_manual_one(record: Factory) -> None:
-    recorded = record(policy="always")
+    recorded = record(policy="always", min_age=0)
     manual = [recorded.checkpoint("first manual")]
     agent = recorded.checkpoint("the agent's own", trigger="agent")
     autos = []

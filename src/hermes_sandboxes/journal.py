@@ -238,6 +238,22 @@ class CheckpointDeleteRecord(RecordBase):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointNamedRecord(RecordBase):
+    """A checkpoint was named to the agent as the way to undo a command: retention keeps the newest
+    such checkpoint whatever its age."""
+
+    TYPE: ClassVar[str] = "checkpoint_named"
+    id: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"id": self.id}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckpointNamedRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str))
+
+
+@dataclass(frozen=True, kw_only=True)
 class DestroyRecord(RecordBase):
     TYPE: ClassVar[str] = "destroy"
 
@@ -277,13 +293,13 @@ class EgressRecord(RecordBase):
                    credential=_get(d, "credential", str, optional=True))
 
 
-Record = (CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord | DestroyRecord
-          | EgressRecord)
+Record = (CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
+          | CheckpointNamedRecord | DestroyRecord | EgressRecord)
 R = TypeVar("R", bound=RecordBase)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
     for kind in (CreateRecord, ExecRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
-                 DestroyRecord, EgressRecord)
+                 CheckpointNamedRecord, DestroyRecord, EgressRecord)
 }
 
 
@@ -514,6 +530,12 @@ class Story:
         self._head: _Node | None = None
         self._base: str | None = None
         self._pending: list[ExecRecord] = []
+        self.named: list[str] = []  # checkpoints named to the agent as its undo, oldest first
+
+    @property
+    def base(self) -> str | None:
+        """The checkpoint the current state grew from (the last one taken or restored to)."""
+        return self._base
 
     def get(self, checkpoint_id: str) -> CheckpointStory | None:
         return self.checkpoints.get(checkpoint_id)
@@ -567,6 +589,8 @@ class Story:
                     told.record, told.previous, told.commands, deleted=record)
         elif isinstance(record, EgressRecord):
             pass  # network traffic is no part of a checkpoint's story
+        elif isinstance(record, CheckpointNamedRecord):
+            self.named.append(record.id)
         else:  # create or destroy: a new life for the name, the old checkpoints went with the old one
             self._reset()
 

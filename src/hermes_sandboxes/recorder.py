@@ -9,7 +9,12 @@ automatic checkpoints and the audit log unchanged. What it adds:
   ``risk.wants_checkpoint``) may take an automatic checkpoint. Fail-closed: if that checkpoint
   cannot be taken, the command does not run;
 - checkpoints record the writable layer's size and, when configured, a health command's result;
-- retention keeps the last N automatic checkpoints and never deletes manual or agent ones;
+- an automatic checkpoint is not taken again when the sandbox has not changed since the checkpoint
+  it grew from (``Sandbox.changed_since`` answers False): that one is reused, so a stream of commands
+  that change nothing adds no checkpoints. None (cannot tell) takes a new one;
+- retention keeps the last N automatic checkpoints and never deletes manual or agent ones, any
+  checkpoint younger than ``min_age`` seconds, nor the newest checkpoint named to the agent as its
+  undo (``promise``). A named checkpoint it did delete is reported in ``broken_promises``;
 - ``checkpoints()`` tells each checkpoint's story; ``restore_preview()`` says what a restore would
   throw away (diff summary where the backend can diff, and the commands since the checkpoint).
 
@@ -30,6 +35,7 @@ from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput, SandboxErr
 from hermes_sandboxes.journal import (
     MAX_OUTPUT_TAIL_CHARS,
     CheckpointDeleteRecord,
+    CheckpointNamedRecord,
     CheckpointRecord,
     CheckpointStory,
     CreateRecord,
@@ -67,6 +73,7 @@ from hermes_sandboxes.sandbox import (
 )
 
 DEFAULT_RETENTION = 10
+DEFAULT_MIN_AGE = 600.0  # seconds: an automatic checkpoint this young is never pruned
 UNKNOWN_TRIGGER = "unknown"  # a checkpoint the journal has no record of (taken by other means)
 
 
@@ -131,6 +138,7 @@ class RecordedSandbox:
         *,
         policy: CheckpointPolicy = "off",
         retention: int = DEFAULT_RETENTION,
+        min_age: float = DEFAULT_MIN_AGE,
         protected_paths: Sequence[str] = (),
         health_command: Command | None = None,
         health_timeout: float | None = 600.0,
@@ -143,8 +151,12 @@ class RecordedSandbox:
         self._inner = sandbox
         self._journal = journal
         self._audit = audit if audit is not None and audit.path != journal.path else None
+        if min_age < 0:
+            raise InvalidInput(f"the minimum age of a prunable checkpoint cannot be negative, not {min_age}")
         self.policy = _validate_policy(policy)
         self.retention = retention
+        self.min_age = min_age
+        self.broken_promises: tuple[str, ...] = ()  # named checkpoints the last pruning deleted
         self.protected_paths = tuple(protected_paths)
         self.health_command = health_command
         self.health_timeout = health_timeout
@@ -236,9 +248,30 @@ class RecordedSandbox:
                                    exists=self._exists, cwd=cwd)
         if not verdict.risky:
             return None, verdict
+        self.broken_promises = ()
+        if (unchanged := self._unchanged_base()) is not None:
+            return unchanged, verdict
         why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
         taken = self.checkpoint(f"before: {_short(command)}{why}", trigger="auto", trigger_command=command)
         return taken, verdict
+
+    def _unchanged_base(self) -> Checkpoint | None:
+        """The checkpoint the sandbox grew from, if the backend can tell nothing changed since."""
+        base = self._story().base
+        changed_since = getattr(self._inner, "changed_since", None)  # contract: Sandbox.changed_since
+        if base is None or changed_since is None:
+            return None
+        try:
+            if changed_since(base) is not False:
+                return None
+            return self.get_checkpoint(base)
+        except SandboxError:  # gone, or the backend cannot say: a new checkpoint is the safe answer
+            return None
+
+    def promise(self, checkpoint_id: str) -> None:
+        """Record that ``checkpoint_id`` was named to the agent as the way to undo a command:
+        retention keeps the newest such checkpoint whatever its age."""
+        self._record(CheckpointNamedRecord(sandbox=self.name, id=checkpoint_id))
 
     def record_exec(self, command: str, exit_code: int | None, duration_s: float, *, timed_out: bool = False,
                     origin: Mapping[str, str] | None = None, error: str | None = None,
@@ -293,16 +326,26 @@ class RecordedSandbox:
         return HealthCheck(text, result.exit_code, result.ok and not result.timed_out, output)
 
     def _prune(self) -> None:
-        """Delete the automatic checkpoints beyond the newest ``retention``; never the others."""
+        """Delete the automatic checkpoints beyond the newest ``retention``; never the others, nor
+        one younger than ``min_age``, nor the newest one named to the agent."""
         story = self._story()
-        autos = [c.id for c in self._inner.checkpoints()
-                 if (told := story.get(c.id)) is not None and told.record.trigger == "auto"]
-        for checkpoint_id in autos[: max(0, len(autos) - self.retention)]:
+        listed = self._inner.checkpoints()
+        autos = [c for c in listed if (told := story.get(c.id)) is not None and told.record.trigger == "auto"]
+        live = {c.id for c in listed}
+        newest_named = next((i for i in reversed(story.named) if i in live), None)
+        young = time.time() - self.min_age
+        broken: list[str] = []
+        for checkpoint in autos[: max(0, len(autos) - self.retention)]:
+            if checkpoint.id == newest_named or checkpoint.created_at > young:
+                continue
             try:
-                self._inner.delete_checkpoint(checkpoint_id)
+                self._inner.delete_checkpoint(checkpoint.id)
             except CheckpointNotFound:
                 continue  # another process pruned it first
-            self._record(CheckpointDeleteRecord(sandbox=self.name, id=checkpoint_id, reason="retention"))
+            self._record(CheckpointDeleteRecord(sandbox=self.name, id=checkpoint.id, reason="retention"))
+            if checkpoint.id in story.named:
+                broken.append(checkpoint.id)
+        self.broken_promises = tuple(broken)
 
     def checkpoints(self, *, include_internal: bool = False) -> list[Checkpoint]:
         """The sandbox's checkpoints, oldest first, each with its story in ``extra`` (the agent

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.identity import NAME_RE
 from hermes_sandboxes.sandbox import Limits, NetworkMode, SandboxSpec
-from hermes_sandboxes.units import parse_size
+from hermes_sandboxes.units import parse_duration, parse_size
 
 MAX_PREFIX_LENGTH = 40
 DEFAULT_NAME_PREFIX = "hermes"
@@ -84,6 +84,8 @@ class BackendSettings(BaseModel):
     scope: Scope = "session"
     auto_checkpoint: AutoCheckpoint = "risky"
     retention: int = Field(default=10, description="automatic checkpoints kept per sandbox")
+    retention_min_age: float = Field(
+        default=600.0, description="seconds (or 90s, 10m, 1h) an automatic checkpoint is kept whatever retention")
     credentials: dict[str, str] = Field(default_factory=dict)
     protected_paths: tuple[str, ...] = ()
     # run inside the sandbox before manual and agent checkpoints (e.g. the test suite); its result is
@@ -127,6 +129,16 @@ class BackendSettings(BaseModel):
     @classmethod
     def _retention(cls, value: object) -> int:
         return _whole_number(value, 1, "checkpoints")
+
+    @field_validator("retention_min_age", mode="before")
+    @classmethod
+    def _retention_min_age(cls, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(_yaml_hint(value, "a duration such as 600, 90s, 10m or 1h"))
+        try:
+            return parse_duration(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("credentials", mode="before")
     @classmethod

@@ -1,4 +1,5 @@
-"""Sizes as people write them (``512M``, ``2G``), for settings, the CLI and the store alike.
+"""Sizes and durations as people write them (``512M``, ``2G``, ``10m``), for settings, the CLI and
+the store alike.
 
 Kept free of pydantic and other heavy imports: the local backend's host side uses it too.
 """
@@ -28,3 +29,21 @@ def parse_size(text: str | int) -> int:
     if value < 1:
         raise InvalidInput(f"size must be at least one byte, got {text!r}")
     return int(value)
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """``"10m"`` -> 600.0 seconds. Units s, m, h, d; a bare number is seconds; never negative."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"{text!r} is not a duration: write seconds or a number with a unit, e.g. 10m")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise InvalidInput(f"a duration cannot be negative, got {text}")
+        return float(text)
+    match = _DURATION_RE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput(f"{text!r} is not a duration: write seconds or a number with a unit, e.g. 10m")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]

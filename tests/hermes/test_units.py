@@ -75,6 +75,9 @@ def test_instance_scope_collapses_every_task_and_the_prefix_is_enforced() -> Non
     ({"credentials": {"flyctl": "fly-token"}}, "credentials", "env variable name"),
     ({"credentials": {"/usr/bin/flyctl": "FLY"}}, "credentials", "not a program name"),
     ({"retention": 0}, "retention", "at least 1"),
+    ({"retention_min_age": -5}, "retention_min_age", "cannot be negative"),
+    ({"retention_min_age": "ten minutes"}, "retention_min_age", "not a duration"),
+    ({"retention_min_age": True}, "retention_min_age", "as a boolean"),
     ({"nmae_prefix": "x"}, "nmae_prefix", "unknown setting"),
 ])
 def test_an_invalid_setting_names_its_key_and_reason(raw: dict[str, object], key: str, reason: str) -> None:
@@ -89,6 +92,9 @@ def test_yaml_values_are_read_the_way_a_user_means_them() -> None:
     assert settings.auto_checkpoint == "off"  # `auto_checkpoint: off` arrives as False
     assert settings.cpus == 2.0 and settings.memory == 512 * 1024**2
     assert settings.spec().limits.memory_bytes == 512 * 1024**2
+    assert settings.retention_min_age == 600.0
+    assert _settings(retention_min_age="10m").retention_min_age == 600.0
+    assert _settings(retention_min_age=0).retention_min_age == 0.0
 
 
 def test_parse_size() -> None:

@@ -29,6 +29,7 @@ from hermes_sandboxes.errors import SandboxNotFound
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.journal import (
     CheckpointDeleteRecord,
+    CheckpointNamedRecord,
     CheckpointRecord,
     CreateRecord,
     DestroyRecord,
@@ -314,6 +315,8 @@ def _describe(r: Record) -> list[str]:
         return ["", "", f"{r.id} [{r.trigger}] {one_line(told, 70)}".rstrip()]
     if isinstance(r, RestoreRecord):
         return ["", "", f"to {r.id}, discarding {r.discarded} command(s)"]
+    if isinstance(r, CheckpointNamedRecord):
+        return ["", "", f"{r.id} named to the agent as its undo"]
     if isinstance(r, CheckpointDeleteRecord):
         return ["", "", f"{r.id} ({r.reason})"]
     if isinstance(r, CreateRecord):

@@ -126,13 +126,19 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         return result
 
     def _auto_checkpoint(self, command: str) -> str:
-        """Checkpoint first when the policy says this command is risky; the note tells the model."""
+        """Checkpoint first when the policy says this command is risky; the note tells the model,
+        and retention keeps the checkpoint it names (and says so when it dropped an older one)."""
         cp, verdict = self.recorded.checkpoint_if_risky(command)
         if cp is None:
             return ""
+        self.recorded.promise(cp.id)
         why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
-        return (f"[sandbox: checkpoint {cp.id} was taken before this command{why}; "
+        note = (f"[sandbox: checkpoint {cp.id} was taken before this command{why}; "
                 f"to undo the command, call sandbox_restore with id {cp.id}]")
+        for lost in self.recorded.broken_promises:
+            note += (f"\n[sandbox: checkpoint {lost}, named to you earlier, was deleted by checkpoint "
+                     "retention and can no longer be restored]")
+        return note
 
     def _journal(self, call: _Call, result: Mapping[str, Any], duration: float) -> None:
         code = result.get("returncode")

@@ -180,6 +180,7 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
             recorded = RecordedSandbox(
                 sandbox, Journal(journal_path(home, sandbox.name), redact=redactor.redact), audit,
                 policy=settings.auto_checkpoint, retention=settings.retention,
+                min_age=settings.retention_min_age,
                 protected_paths=settings.protected_paths, health_command=settings.health_command,
             )
             if created:

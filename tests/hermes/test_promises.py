@@ -1,0 +1,26 @@
+"""Through a real Hermes: every automatic checkpoint named in a terminal result is recorded as the
+agent's undo, retention keeps the newest one, and a result says so when an older named one had to go."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from hermes_sandboxes.journal import CheckpointNamedRecord
+
+if TYPE_CHECKING:
+    from tests.hermes.conftest import HermesHarness
+
+NAMED = re.compile(r"checkpoint (\S+) was taken before this command")
+
+
+def test_retention_keeps_the_named_checkpoint_and_tells_the_model_what_it_dropped(hermes: HermesHarness) -> None:
+    hermes.configure(retention=1, retention_min_age=0)
+    outputs = [hermes.run(f"mkdir -p /root/d{i} && rm -rf /root/d{i}")["output"] for i in range(3)]
+    first, second, third = (NAMED.search(o).group(1) for o in outputs)  # type: ignore[union-attr]
+    recorded = hermes.env().recorded
+    assert [r.id for r in recorded.journal.records_of(CheckpointNamedRecord)] == [first, second, third]
+    # the second command's pruning kept the first (then the newest named); the third's could not
+    assert "deleted" not in outputs[1]
+    assert f"checkpoint {first}, named to you earlier, was deleted" in outputs[2]
+    assert [c.id for c in recorded.checkpoints()] == [second, third]
