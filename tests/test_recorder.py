@@ -111,6 +111,7 @@ def test_retention_keeps_the_last_ten_automatic_checkpoints_and_every_manual_one
     recorded = record(policy="always", min_age=0)
     manual = [recorded.checkpoint("first manual")]
     agent = recorded.checkpoint("the agent's own", trigger="agent")
+    recorded.exec("touch /root/changed", checkpoint="off")  # else the first auto reuses the agent's
     autos = []
     for i in range(13):
         outcome = recorded.exec(f"echo {i} >> /root/log")
@@ -118,6 +119,7 @@ def test_retention_keeps_the_last_ten_automatic_checkpoints_and_every_manual_one
         autos.append(outcome.auto_checkpoint.id)
         if i == 5:
             manual.append(recorded.checkpoint("second manual"))
+            recorded.exec("touch /root/changed-again", checkpoint="off")
 
     listed = recorded.checkpoints()
     by_trigger: dict[str, list[str]] = {}
@@ -214,6 +216,7 @@ def test_the_health_command_runs_before_a_checkpoint_and_its_result_is_kept(reco
     sick = recorded.checkpoint("nothing installed yet")
     make_app(recorded)
     well = recorded.checkpoint("installed")
+    recorded.exec("touch /root/app/changed", checkpoint="off")  # else the auto checkpoint reuses "installed"
     auto = recorded.exec("echo x", checkpoint="always").auto_checkpoint
 
     assert sick.extra["health"]["passed"] is False and sick.extra["health"]["exit_code"] == 1

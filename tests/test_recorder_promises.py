@@ -74,3 +74,20 @@ def test_retention_never_deletes_a_checkpoint_younger_than_the_minimum_age(sandb
     for i in range(5):
         box.exec(f"echo {i} > /root/n")
     assert len(box.checkpoints()) == 5 and box.broken_promises == ()
+
+
+def test_commands_that_change_nothing_reuse_the_last_checkpoint_even_under_policy_always(
+        sandbox: Sandbox, tmp_path: Path) -> None:
+    box = recorded(sandbox, tmp_path, policy="always")
+    # A new sandbox's first command leaves traces in its layer (access times), which the store rightly
+    # counts as a change; so does a first read of a file of the layer: these commands read the base.
+    box.exec("ls /root && cat /etc/hostname", checkpoint="off")
+    start = box.checkpoint("start")
+    reads = ["cat /etc/os-release", "ls /usr", "echo hi", "pwd", "ls /root"]
+    for command in itertools.islice(itertools.cycle(reads), 200):
+        run = box.exec(command)
+        assert run.auto_checkpoint is not None and run.auto_checkpoint.id == start.id, command
+    assert autos(box) == []
+    box.exec("echo changed > /root/file")  # still covered by "start": nothing had changed before it
+    after_change = box.exec("cat /root/file").auto_checkpoint
+    assert after_change is not None and after_change.id != start.id and autos(box) == [after_change.id]
