@@ -114,9 +114,12 @@ class AgentLoop:
         (self.home / "config.yaml").write_text(text)
 
     def environ(self) -> dict[str, str]:
+        # Hermes's own variables and any model credentials stay out; ours (e.g. where host state
+        # lives) pass through, so a test session's isolation reaches Hermes too
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("HERMES_", "TERMINAL_", "OPENAI_", "OPENROUTER_", "ANTHROPIC_"))
-               and k.lower() not in {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}}
+               if k.startswith("HERMES_SANDBOXES_")
+               or (not k.startswith(("HERMES_", "TERMINAL_", "OPENAI_", "OPENROUTER_", "ANTHROPIC_"))
+                   and k.lower() not in {"http_proxy", "https_proxy", "all_proxy", "no_proxy"})}
         env.update(HERMES_HOME=str(self.home), HERMES_SANDBOXES_HOME=str(self.backend.home),
                    HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, ALL_PROXY=DEAD_PROXY,
                    NO_PROXY="127.0.0.1,localhost", NO_COLOR="1", TERM="dumb", COLUMNS="200")
