@@ -1,0 +1,113 @@
+"""Settings of the Sprites backend (Fly.io): what new Sprites are made of, and where the API is.
+
+Light on purpose: no SDK import, so the registry, the CLI and the Hermes plugin can validate these
+settings (and say what is wrong) on a machine without the ``sprites`` extra. The token is never a
+setting: it comes from the environment (``SPRITES_TOKEN``, then ``SPRITE_TOKEN``), so it cannot end
+up in a config file, a settings dump or an error message about a setting.
+
+``image``, ``max_cpus``, ``max_ram_gb`` and ``max_disk_gb`` apply only when a Sprite is created; an
+existing Sprite is resumed as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import field_validator
+
+from hermes_sandboxes.sandbox import Limits, SandboxSpec
+from hermes_sandboxes.settings import BackendSettings, _require_text, _whole_number
+
+DEFAULT_API_URL = "https://api.sprites.dev"
+API_URL_ENV = "SPRITES_API_URL"
+TOKEN_ENVS = ("SPRITES_TOKEN", "SPRITE_TOKEN")  # in this order
+CREATE_WAIT_S = 240.0  # inside Hermes's 420 s terminal deadline
+GIB = 1 << 30
+
+# name[:tag] or name@sha256:<64 hex>; a registry host may carry a port (host:5000/name:tag)
+_IMAGE_RE = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+class SpritesSettings(BackendSettings):
+    """``image``: an OCI reference with an explicit tag (not ``latest``) or a digest; unset, the
+    Sprites base image. ``max_cpus`` 1-128, ``max_ram_gb`` and ``max_disk_gb`` 1-1024: the size of
+    new Sprites, unset the service's default. ``api_url``: else $SPRITES_API_URL, else the public
+    API. ``create_wait_s``: how long a create may take before "still being created; retry"."""
+
+    backend: Literal["sprites"] = "sprites"
+    image: str | None = None
+    max_cpus: int | None = None
+    max_ram_gb: int | None = None
+    max_disk_gb: int | None = None
+    api_url: str | None = None
+    create_wait_s: float = CREATE_WAIT_S
+
+    @field_validator("image", mode="before")
+    @classmethod
+    def _image(cls, value: object) -> str:
+        text = _require_text(value, "an image reference with a tag or digest, e.g. 'ubuntu:24.04'")
+        match = _IMAGE_RE.match(text)
+        if match is None:
+            raise ValueError(f"{text!r} is not an image reference (name:tag or name@sha256:<digest>)")
+        if match["digest"] is None and match["tag"] in (None, "latest"):
+            raise ValueError(f"{text!r} does not pin an image; give an explicit tag other than 'latest', "
+                             "or better a digest (name@sha256:...)")
+        return text
+
+    @field_validator("max_cpus", mode="before")
+    @classmethod
+    def _cpus(cls, value: object) -> int:
+        return _bounded(value, 1, 128, "CPUs")
+
+    @field_validator("max_ram_gb", "max_disk_gb", mode="before")
+    @classmethod
+    def _gigabytes(cls, value: object) -> int:
+        return _bounded(value, 1, 1024, "GB")
+
+    @field_validator("api_url", mode="before")
+    @classmethod
+    def _api_url(cls, value: object) -> str:
+        text = _require_text(value, "an http(s) URL such as https://api.sprites.dev")
+        if not re.match(r"^https?://[^\s/]+(/\S*)?$", text):
+            raise ValueError(f"{text!r} is not an http(s) URL")
+        return text.rstrip("/")
+
+    @field_validator("create_wait_s", mode="before")
+    @classmethod
+    def _create_wait(cls, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 400:
+            raise ValueError(f"got {value!r}; expected a number of seconds between 0 and 400")
+        return float(value)
+
+    def resolved_api_url(self) -> str:
+        return (self.api_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL).rstrip("/")
+
+    def spec(self) -> SandboxSpec:
+        """Sprites reach the internet ("host" network); CPUs and memory come from these settings
+        (image and disk too: the backend reads them from here while the spec has no such fields)."""
+        limits = Limits(memory_bytes=self.max_ram_gb * GIB if self.max_ram_gb else None,
+                        cpus=float(self.max_cpus) if self.max_cpus else None)
+        return SandboxSpec(network="host", limits=limits)
+
+
+def find_token(lookup: Callable[[str], str | None] = os.environ.get) -> str | None:
+    """The Sprites token: ``SPRITES_TOKEN``, then ``SPRITE_TOKEN`` (``lookup`` may be a profile's
+    secret store instead of this process's environment)."""
+    for name in TOKEN_ENVS:
+        value = lookup(name)
+        if value:
+            return value
+    return None
+
+
+def _bounded(value: object, low: int, high: int, what: str) -> int:
+    number = _whole_number(value, low, what)
+    if number > high:
+        raise ValueError(f"got {value!r}; expected at most {high} {what}")
+    return number
