@@ -61,6 +61,7 @@ class Fault:
     delay: float = 0.0  # seconds; a create is visible (status "creating") while it waits
     lose_response: bool = False  # do the work, then cut the connection before the answer is complete
     drop_exec: bool = False  # exec: close the WebSocket after the first output frame, without an exit
+    message: str | None = None  # the error message of the injected status
     times: int = 1
 
 
@@ -95,6 +96,7 @@ class FakeSprites:
         self.world = World(backend, local_prefix)
         self.sessions = Sessions()
         self.disconnect_grace = disconnect_grace
+        self.images = {"ubuntu:24.04", "debian:12"}  # what a create may name; others fail like an unknown image
         self.requests: list[Recorded] = []
         self._faults: list[Fault] = []
         self._in_flight = 0  # HTTP requests being answered
@@ -269,6 +271,8 @@ class FakeSprites:
     # sprites --------------------------------------------------------------------------------------
     def _create(self, data: dict[str, Any], delay: float) -> Reply:
         name = data["name"]
+        if data.get("image") is not None and data["image"] not in self.images:
+            return Reply.error(422, "image_not_found", f"image {data['image']} could not be pulled")
         sprite = self.world.reserve(name, data.get("config") or {}, list(data.get("labels") or []),
                                     data.get("image"))
         if delay:
@@ -391,7 +395,7 @@ def _fault_reply(fault: Fault) -> Reply:
         if fault.retry_after is not None:
             reply.headers.append(("Retry-After", str(fault.retry_after)))
         return reply
-    return Reply.error(fault.status, "injected", f"injected failure {fault.status}")
+    return Reply.error(fault.status, "injected", fault.message or f"injected failure {fault.status}")
 
 
 def _absolute(path: str, working_dir: str) -> str:

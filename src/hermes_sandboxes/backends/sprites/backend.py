@@ -1,0 +1,258 @@
+"""The Sprites backend: Fly.io Sprites (persistent cloud VMs with checkpoints) behind the contract.
+
+Creating a Sprite from an image the service has not pulled may take minutes. A create waits up to
+``SpritesSettings.create_wait_s`` (4 minutes by default, inside Hermes's 420 s tool deadline),
+then fails with a "still being created; retry" error; the next ``open`` of that name picks the
+Sprite up once it exists. Two processes creating one name end with one Sprite: the loser gets 409
+and adopts the winner's. A create whose answer was lost (5xx, a dropped connection) is checked
+with a lookup before it is tried again, so it never makes two. The create request is sent through
+the SDK's authenticated HTTP client rather than ``create_sprite`` because the latter can pass
+neither an image nor the Retry-After of a 429.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import hashlib
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from hermes_sandboxes.backends.sprites_settings import SpritesSettings, find_token
+from hermes_sandboxes.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    SandboxError,
+    SandboxExists,
+    SandboxNotFound,
+    Unsupported,
+)
+from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
+
+from .api import API
+from .compat import RateLimited, SandboxUnreachable, capability
+from .sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
+
+log = logging.getLogger(__name__)
+_CREATING = ("creating", "provisioning", "pending", "starting")
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+class SpritesBackend(Backend):
+    name = "sprites"
+    # not DIFF, not DELETE_CHECKPOINTS (the service has neither), not TREE_KILL (the kill endpoint
+    # stops the exec session; what becomes of processes that detached from it is not documented)
+    capabilities = frozenset({Capability.CHECKPOINTS, Capability.PERSISTENCE, Capability.LIMITS,
+                              *filter(None, [capability("terminal")])})
+
+    def __init__(self, settings: SpritesSettings | None = None, *, token: str | None = None) -> None:
+        self.settings = settings or SpritesSettings()
+        self._token = token if token is not None else find_token()
+        self._api: API | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def key(self) -> str:
+        url = self.settings.resolved_api_url()
+        return f"sprites-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+    def unavailable_reason(self) -> str | None:
+        if not self._token:
+            return "no Sprites token: set SPRITES_TOKEN (or SPRITE_TOKEN) to a token of your Sprites organization"
+        return None
+
+    @property
+    def api(self) -> API:
+        with self._lock:
+            if self._api is None:
+                reason = self.unavailable_reason()
+                if reason or not self._token:
+                    raise BackendUnavailable(reason or "no Sprites token")
+                self._api = API(self._token, self.settings.resolved_api_url())
+            return self._api
+
+    def close(self) -> None:
+        with self._lock:
+            if self._api is not None:
+                self._api.close()
+                self._api = None
+
+    # specs ---------------------------------------------------------------------------------------
+    def __enter__(self) -> SpritesBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        """Refuse what a Sprite cannot honour, before anything is sent."""
+        if spec.allow and spec.network != "proxy":
+            raise InvalidInput("an allow-list needs network 'proxy'")
+        if spec.network != "host":
+            raise Unsupported(f"a Sprite reaches the internet; network {spec.network!r} cannot be honoured "
+                              "(use 'host')")
+        if spec.limits.pids is not None:
+            raise Unsupported("Sprites cannot limit the number of processes")
+        if spec.limits.cpus is not None and spec.limits.cpus != int(spec.limits.cpus):
+            raise InvalidInput(f"Sprites take a whole number of CPUs, got {spec.limits.cpus:g}")
+        if getattr(spec, "idle_timeout", None) is not None:
+            raise Unsupported("Sprites pause idle VMs by themselves; an idle timeout cannot be set")
+
+    def _create_body(self, name: str, spec: SandboxSpec, ephemeral: bool) -> dict[str, Any]:
+        """The create request. Image and disk size come from the spec where it has them (the
+        portable spec of issue 7), else from the settings."""
+        limits, settings = spec.limits, self.settings
+        disk = getattr(limits, "disk_bytes", None)
+        config = {
+            "cpus": int(limits.cpus) if limits.cpus else None,
+            "ram_mb": math.ceil(limits.memory_bytes / MIB) if limits.memory_bytes else None,
+            "storage_gb": math.ceil(disk / GIB) if disk else settings.max_disk_gb,
+        }
+        labels = [f"{k}={v}" for k, v in sorted(dict(getattr(spec, "labels", None) or {}).items())]
+        if ephemeral:
+            labels.append(EPHEMERAL_LABEL)
+        body: dict[str, Any] = {"name": name, "labels": labels}
+        if any(v is not None for v in config.values()):
+            body["config"] = {k: v for k, v in config.items() if v is not None}
+        image = getattr(spec, "image", None) or settings.image
+        if image:
+            body["image"] = image
+        return body
+
+    # sandboxes -----------------------------------------------------------------------------------
+    def _lookup(self, name: str) -> Remote:
+        return Remote.from_sdk(self.api.call("lookup", lambda: self.api.client.get_sprite(name), sprite=name))
+
+    def get(self, name: str) -> SpritesSandbox:
+        validate_name(name)
+        return SpritesSandbox(self, self._lookup(name))
+
+    def open(self, name: str, spec: SandboxSpec | None = None) -> SpritesSandbox:
+        validate_name(name)
+        deadline = time.monotonic() + self.settings.create_wait_s
+        try:
+            remote = self._lookup(name)
+        except SandboxNotFound:
+            try:
+                return self.create(name, spec)
+            except SandboxExists:  # another process created it first: adopt theirs
+                remote = self._lookup(name)
+        if remote.ephemeral:
+            raise SandboxExists(f"Sprite {name} is ephemeral and belongs to another run; it is never adopted")
+        return SpritesSandbox(self, self._await_ready(remote, deadline, ephemeral=False))
+
+    def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> SpritesSandbox:
+        validate_name(name)
+        spec = spec or self.settings.spec()
+        self.check_spec(spec)
+        remote = self._create(name, self._create_body(name, spec, ephemeral), ephemeral)
+        return SpritesSandbox(self, remote, created=True)
+
+    def create_ephemeral(self, spec: SandboxSpec | None = None, prefix: str = "tmp") -> SpritesSandbox:
+        return self.create(unique_name(prefix), spec, ephemeral=True)
+
+    def _create(self, name: str, body: dict[str, Any], ephemeral: bool) -> Remote:
+        deadline = time.monotonic() + self.settings.create_wait_s
+        for attempt in range(1, 4):
+            try:
+                return self._await_ready(self._post_create(name, body, deadline, ephemeral), deadline, ephemeral)
+            except SandboxExists:
+                raise SandboxExists(f"a Sprite named {name} already exists; open it, or delete it first") from None
+            except RateLimited as exc:
+                pause = getattr(exc, "retry_after", None) or 1.0
+                if attempt == 3 or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+            except SandboxUnreachable:  # a 5xx or a lost answer: was it made all the same?
+                try:
+                    return self._await_ready(self._lookup(name), deadline, ephemeral)
+                except SandboxNotFound:
+                    if attempt == 3:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _post_create(self, name: str, body: dict[str, Any], deadline: float, ephemeral: bool) -> Remote:
+        """POST /v1/sprites on a thread, waited for until ``deadline``."""
+        api = self.api
+        outcome: dict[str, Remote | SandboxError] = {}
+
+        def post() -> None:
+            try:
+                response = api.client.http_client.post(f"{api.base_url}/v1/sprites", json=body,
+                                                       timeout=self.settings.create_wait_s + 30)
+                if response.status_code in (200, 201):
+                    outcome["remote"] = Remote.from_json(response.json())
+                else:
+                    outcome["error"] = api.from_status(response.status_code, response.text, "create", name,
+                                                       headers=response.headers)
+            except (httpx.HTTPError, ValueError) as exc:
+                outcome["error"] = api.translate(exc, "create", name)
+
+        worker = threading.Thread(target=post, daemon=True, name=f"sprites-create-{name}")
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            raise self._still_creating(name, ephemeral)
+        result = outcome.get("error") or outcome["remote"]
+        if isinstance(result, SandboxError):
+            raise result
+        return result
+
+    def _await_ready(self, remote: Remote, deadline: float, ephemeral: bool) -> Remote:
+        pause = 0.2
+        while remote.status in _CREATING:
+            if time.monotonic() + pause > deadline:
+                raise self._still_creating(remote.name, ephemeral)
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            remote = self._lookup(remote.name)
+        return remote
+
+    def _still_creating(self, name: str, ephemeral: bool) -> SandboxError:
+        wait = self.settings.create_wait_s
+        if ephemeral:
+            log.warning("sprites: ephemeral Sprite %s was still being created after %.0fs; it may be left "
+                        "behind: delete it by hand if it shows up", name, wait)
+        return SandboxUnreachable(f"Sprite {name} is still being created; retry in a minute (waited {wait:g}s; "
+                                  "the next command picks it up once it exists)")
+
+    def list(self) -> builtins.list[SandboxInfo]:
+        from sprites.types import ListOptions
+
+        infos: builtins.list[SandboxInfo] = []
+        token: str | None = None
+        while True:
+            options = ListOptions(max_results=100, continuation_token=token)
+            page = self.api.call("list", functools.partial(self.api.client.list_sprites, options))
+            infos += [Remote.from_sdk(info).info() for info in page.sprites]
+            if not page.has_more or not page.next_continuation_token:
+                return infos
+            token = page.next_continuation_token
+
+    def doctor(self) -> builtins.list[DoctorCheck]:
+        reason = self.unavailable_reason()
+        checks = [DoctorCheck(reason is None, "Sprites token", reason or "SPRITES_TOKEN (or SPRITE_TOKEN) is set")]
+        if reason is None:
+            from sprites.types import ListOptions
+
+            try:
+                self.api.call("token check", lambda: self.api.client.list_sprites(ListOptions(max_results=1)),
+                              retry=False)
+                checks.append(DoctorCheck(True, "Sprites API", f"{self.api.base_url} accepts the token"))
+            except Exception as exc:
+                checks.append(DoctorCheck(False, "Sprites API", self.api.redact(str(exc))))
+        return checks
+
+
+def build_backend(settings: Any) -> SpritesBackend:
+    """The registry's factory: SpritesSettings -> SpritesBackend."""
+    if not isinstance(settings, SpritesSettings):
+        raise InvalidInput(f"the Sprites backend takes SpritesSettings, not {type(settings).__name__}")
+    return SpritesBackend(settings)

@@ -1,0 +1,204 @@
+"""A command running in a Sprite: its exec WebSocket pumped on a thread, killed through the API.
+
+Kill: ``POST /v1/sprites/{name}/exec/{session}/kill`` (the SDK's ``sprites.session.kill_session``)
+with SIGTERM and a short grace after which the service kills outright; the Sprite itself lives on.
+The session id comes in the first text frame; a kill asked for before it arrived is sent as soon
+as it does. A connection lost mid-command is an error naming the Sprite, never a silent re-run;
+the orphaned session (the service keeps it a few seconds) is killed on the way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import select
+import struct
+import termios
+import threading
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sprites.session import kill_session
+from websockets.exceptions import ConnectionClosed
+
+from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.sandbox import OutputSink, Process
+
+from .compat import SandboxUnreachable
+from .wire import ExecSocket, Lost
+
+if TYPE_CHECKING:
+    from .sandbox import SpritesSandbox
+
+log = logging.getLogger(__name__)
+KILL_SIGNAL = "SIGTERM"
+KILL_GRACE_S = 3  # the service sends SIGKILL this long after SIGTERM
+Emit = Callable[[bytes], None]
+
+
+class PumpedProcess(Process):
+    """A Process whose output is pumped on a thread of its own. Each chunk goes straight to its
+    sink and is not kept; a sink that raises stops the command and its error comes out of
+    ``wait()``; ``kill()`` works from any thread, a sink included, and is a no-op once done.
+    (The same rules as the core's ``hermes_sandboxes.pump.PumpedProcess`` of issue 7, which this
+    class gives way to once that is on main.)"""
+
+    def __init__(self, on_stdout: OutputSink | None, on_stderr: OutputSink | None) -> None:
+        self._sinks: list[OutputSink | None] = [on_stdout, on_stderr]
+        self._sink_error: BaseException | None = None
+        self._error: BaseException | None = None
+        self._returncode: int | None = None
+        self._done = threading.Event()
+
+    def _begin(self, name: str) -> None:
+        threading.Thread(target=self._pump, name=name, daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            self._returncode = self._run(self._emitter(0), self._emitter(1))
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def _emitter(self, stream: int) -> Emit:
+        def emit(chunk: bytes) -> None:
+            sink = self._sinks[stream]
+            if sink is None or not chunk:
+                return
+            try:
+                sink(chunk)
+            except Exception as exc:
+                self._sinks[stream] = None
+                if self._sink_error is None:
+                    self._sink_error = exc
+                    with contextlib.suppress(SandboxError):  # the sink's error is what wait() reports
+                        self._kill()
+        return emit
+
+    @abstractmethod
+    def _run(self, emit_stdout: Emit, emit_stderr: Emit) -> int: ...
+
+    @abstractmethod
+    def _kill(self) -> None: ...
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode if self._done.is_set() and self._error is None else None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self._done.wait(timeout):
+            return None
+        if self._sink_error is not None:
+            raise self._sink_error
+        if self._error is not None:
+            raise self._error
+        return self._returncode
+
+    def kill(self) -> None:
+        if not self._done.is_set():
+            self._kill()
+
+
+class SpritesProcess(PumpedProcess):
+    def __init__(self, sandbox: SpritesSandbox, socket: ExecSocket, stdin: bytes | None,
+                 on_stdout: OutputSink | None, on_stderr: OutputSink | None) -> None:
+        super().__init__(on_stdout, on_stderr)
+        self._sandbox = sandbox
+        self._socket = socket
+        self._stdin = stdin
+        self._lock = threading.Lock()
+        self._kill_wanted = False
+        self._killed_session: str | None = None
+        socket.on_session = self._on_session
+        self._begin(f"sprites-exec-{sandbox.name}")
+
+    @property
+    def session_id(self) -> str | None:
+        return self._socket.session_id
+
+    def _run(self, emit_stdout: Emit, emit_stderr: Emit) -> int:
+        try:
+            self._socket.send_stdin(self._stdin)
+            self._stdin = None
+            return self._socket.pump(emit_stdout, emit_stderr)
+        except Lost as exc:
+            self._kill_orphan()
+            raise SandboxUnreachable(
+                f"Sprite {self._sandbox.name}: {exc}. The command was not re-run; it may have run in part, "
+                "so check its effects before running it again") from None
+
+    def _on_session(self, session_id: str) -> None:
+        with self._lock:
+            wanted = self._kill_wanted
+        if wanted:
+            self._send_kill(session_id)
+
+    def _kill(self) -> None:
+        with self._lock:
+            self._kill_wanted = True
+            session_id = self._socket.session_id
+        if session_id is not None:
+            self._send_kill(session_id)
+
+    def _send_kill(self, session_id: str) -> None:
+        with self._lock:
+            if self._killed_session == session_id:
+                return
+            self._killed_session = session_id
+        sandbox = self._sandbox
+        messages = sandbox.backend.api.call(
+            f"kill of exec session {session_id}",
+            lambda: list(kill_session(sandbox.sdk_sprite, session_id, signal=KILL_SIGNAL, timeout=KILL_GRACE_S)),
+            sprite=sandbox.name)
+        for message in messages:
+            if message.type == "error":
+                log.warning("sprites: kill of session %s in %s: %s", session_id, sandbox.name,
+                            sandbox.backend.api.redact(str(message.error or message.data)))
+
+    def _kill_orphan(self) -> None:
+        session_id = self._socket.session_id
+        if session_id is None:
+            return
+        with contextlib.suppress(SandboxError):
+            self._send_kill(session_id)
+
+
+class TerminalProcess(SpritesProcess):
+    """A command on a terminal (the exec WebSocket's TTY mode) whose input is read from the
+    caller's descriptor ``fds[0]`` and whose output (stdout and stderr merged, as on any terminal)
+    is written to ``fds[1]``."""
+
+    def __init__(self, sandbox: SpritesSandbox, socket: ExecSocket, fds: tuple[int, int, int]) -> None:
+        self._in_fd, self._out_fd = fds[0], fds[1]
+        super().__init__(sandbox, socket, None, self._write_out, None)
+        threading.Thread(target=self._copy_in, name=f"sprites-tty-{sandbox.name}", daemon=True).start()
+
+    def _write_out(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self._out_fd, view):]
+
+    def _copy_in(self) -> None:
+        """Typed input to the command until it is done (polling, so the thread ends with it)."""
+        with contextlib.suppress(OSError, ConnectionClosed):
+            while self.poll() is None:
+                ready, _, _ = select.select([self._in_fd], [], [], 0.2)
+                if not ready:
+                    continue
+                data = os.read(self._in_fd, 4096)
+                if not data:
+                    return
+                self._socket.send_raw(data)
+
+
+def terminal_size(fd: int) -> tuple[int, int]:
+    """(rows, cols) of the terminal on ``fd``; 24x80 when it is not a terminal."""
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        return 24, 80
+    return (rows or 24), (cols or 80)

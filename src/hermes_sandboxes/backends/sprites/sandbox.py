@@ -1,0 +1,271 @@
+"""One Sprite behind the contract: commands over the exec WebSocket, files, checkpoints.
+
+Files: a write is one ``PUT .../fs/write?path=&mode=&mkdirParents=true`` (the service creates the
+parents; no stat, list or mkdir requests). Reads and deletes go through exec (``cat``, ``rm -f --``),
+because the Sprites 2.0 runtime keeps only fs/write of the filesystem API. Checkpoints: the service
+creates, lists and restores them; it cannot delete or diff them, so this backend claims neither.
+Images without ``$HOME`` exist, so every command gets ``HOME=/root`` explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from hermes_sandboxes.errors import (
+    CheckpointNotFound,
+    InvalidInput,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxNotFound,
+    Unsupported,
+)
+from hermes_sandboxes.sandbox import (
+    Checkpoint,
+    Command,
+    OutputSink,
+    Process,
+    Sandbox,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+)
+
+from .compat import PAUSED
+from .process import SpritesProcess, TerminalProcess, terminal_size
+from .wire import ExecCall, ExecSocket, Lost, Refused
+
+if TYPE_CHECKING:
+    from sprites import Sprite
+
+    from .backend import SpritesBackend
+
+EPHEMERAL_LABEL = "hermes-sandboxes-ephemeral"
+NOT_FOUND_EXIT = 66
+_READ = 'if [ -d "$1" ]; then echo "$1: is a directory" >&2; exit 65; fi; [ -e "$1" ] || exit 66; exec cat -- "$1"'
+_DELETE = '[ -e "$1" ] || [ -L "$1" ] || exit 66; rm -f -- "$1"'
+_STATES = {"running": SandboxState.RUNNING, "warm": PAUSED, "cold": SandboxState.STOPPED}
+
+
+@dataclass(frozen=True)
+class Remote:
+    """What the API says about one Sprite."""
+
+    name: str
+    status: str = ""
+    labels: tuple[str, ...] = ()
+    created_at: float = 0.0
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Remote:
+        created = _timestamp(data.get("created_at"))
+        return cls(name=str(data.get("name", "")), status=str(data.get("status", "")),
+                   labels=tuple(data.get("labels") or ()), created_at=created,
+                   config=dict(data.get("config") or {}))
+
+    @classmethod
+    def from_sdk(cls, info: Any) -> Remote:
+        created = info.created_at.timestamp() if info.created_at else 0.0
+        return cls(name=info.name, status=info.status or "", labels=tuple(info.labels or ()), created_at=created)
+
+    @property
+    def ephemeral(self) -> bool:
+        return EPHEMERAL_LABEL in self.labels
+
+    def info(self, checkpoint_count: int = 0) -> SandboxInfo:
+        return SandboxInfo(name=self.name, backend="sprites", ephemeral=self.ephemeral,
+                           state=_STATES.get(self.status, SandboxState.UNKNOWN), created_at=self.created_at,
+                           spec=SandboxSpec(network="host"), checkpoint_count=checkpoint_count)
+
+
+class SpritesSandbox(Sandbox):
+    home = "/root"  # the home directory commands get (HOME), whatever the image says
+    created = False  # True when the open()/create() that returned this handle made the Sprite
+
+    def __init__(self, backend: SpritesBackend, remote: Remote, *, created: bool = False) -> None:
+        self._backend = backend
+        self.name = remote.name
+        self.ephemeral = remote.ephemeral
+        self.created = created
+        self.sdk_sprite: Sprite = backend.api.client.sprite(remote.name)
+
+    @property
+    def backend(self) -> SpritesBackend:
+        return self._backend
+
+    def _call(self, what: str, fn: Any, *, retry: bool = True) -> Any:
+        return self._backend.api.call(what, fn, sprite=self.name, retry=retry)
+
+    def info(self) -> SandboxInfo:
+        remote = Remote.from_sdk(self._call("lookup", lambda: self._backend.api.client.get_sprite(self.name)))
+        return remote.info(checkpoint_count=len(self.checkpoints()))
+
+    def stop(self) -> None:
+        """Kill every running exec session; the service pauses an idle Sprite by itself."""
+        from sprites.session import kill_session
+
+        for session in self._call("session list", self.sdk_sprite.list_sessions):
+            if session.is_active:
+                self._call(f"kill of exec session {session.id}",
+                           lambda s=session.id: list(kill_session(self.sdk_sprite, s, timeout=3)))
+
+    # commands ------------------------------------------------------------------------------------
+    def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              on_stderr: OutputSink | None = None) -> Process:
+        call = ExecCall(argv=_argv(command), env=self._env(env), cwd=_checked_dir(cwd))
+        return SpritesProcess(self, self._connect(call), stdin, on_stdout, on_stderr)
+
+    def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
+               env: Mapping[str, str] | None = None) -> Process:
+        """An interactive command over the exec WebSocket's TTY mode, on the caller's descriptors
+        (``fds[0]`` read for input, ``fds[1]`` written with output), sized like the terminal on
+        ``fds[1]``."""
+        rows, cols = terminal_size(fds[1])
+        merged = {"TERM": os.environ.get("TERM", "xterm-256color"), **(env or {})}
+        call = ExecCall(argv=_argv(command), env=self._env(merged), cwd=_checked_dir(cwd), tty=True,
+                        rows=rows, cols=cols)
+        return TerminalProcess(self, self._connect(call), fds)
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        merged = {"HOME": self.home, **(env or {})}
+        for key, value in merged.items():
+            if not key or "=" in key or "\0" in key or "\0" in str(value):
+                raise InvalidInput(f"invalid environment variable {key!r}")
+        return merged
+
+    def _connect(self, call: ExecCall) -> ExecSocket:
+        """Open the exec socket. A refusal (429, 5xx) is retried: nothing ran yet. A connection
+        lost during the handshake is not, since the service may already have started the command."""
+        api = self._backend.api
+
+        def attempt() -> ExecSocket:
+            try:
+                return ExecSocket(api.base_url, api.token, self.name, call)
+            except Refused as refused:
+                raise api.from_status(refused.status, refused.body, "exec", self.name,
+                                      headers=refused.headers) from None
+
+        try:
+            socket: ExecSocket = self._call("exec", attempt)
+        except Lost as exc:
+            raise api.translate(OSError(str(exc)), "exec", self.name) from None
+        return socket
+
+    def _run_quiet(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+        out, err = bytearray(), bytearray()
+        proc = self.start(argv, stdin=stdin, on_stdout=out.extend, on_stderr=err.extend)
+        code = proc.wait()
+        assert code is not None
+        return code, bytes(out), bytes(err)
+
+    # files ---------------------------------------------------------------------------------------
+    def read_file(self, path: str) -> bytes:
+        code, out, err = self._run_quiet(["sh", "-c", _READ, "sh", _absolute(path)])
+        if code == NOT_FOUND_EXIT:
+            raise SandboxFileNotFound(f"Sprite {self.name}: no file {path}")
+        if code != 0:
+            raise SandboxError(f"Sprite {self.name}: reading {path} failed: {err.decode(errors='replace').strip()}")
+        return out
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """One fs/write request; the service creates missing parent directories."""
+        target = self.sdk_sprite.filesystem("/").path(_absolute(path))
+        self._call(f"writing {path}", lambda: target.write_bytes(data, mode=mode, mkdir_parents=True))
+
+    def delete_file(self, path: str) -> None:
+        code, _, _ = self._run_quiet(["sh", "-c", _DELETE, "sh", _absolute(path)])
+        if code == NOT_FOUND_EXIT:
+            raise SandboxFileNotFound(f"Sprite {self.name}: no file {path}")
+        if code != 0:
+            self.delete_files([path])  # retried as root (sudo -n): fs/write makes root-owned files
+
+    def delete_files(self, paths: Sequence[str]) -> None:
+        """Delete many files with one exec (``rm -f --``), retried once with ``sudo -n`` for files
+        the command user may not remove. Missing files are fine; any other failure raises."""
+        if not paths:
+            return
+        targets = [_absolute(p) for p in paths]
+        code, _, err = self._run_quiet(["rm", "-f", "--", *targets])
+        if code != 0:
+            code, _, err = self._run_quiet(["sudo", "-n", "rm", "-f", "--", *targets])
+        if code != 0:
+            raise SandboxError(f"Sprite {self.name}: deleting {len(targets)} file(s) failed: "
+                               f"{err.decode(errors='replace').strip()[:300]}")
+
+    # checkpoints ---------------------------------------------------------------------------------
+    def checkpoint(self, comment: str = "") -> Checkpoint:
+        """Create one (not retried: a repeat would make two); its id is the one that is new in
+        the listing afterwards, whatever the progress messages say."""
+        before = {c.id for c in self.checkpoints()}
+        messages = self._call("checkpoint", lambda: list(self.sdk_sprite.create_checkpoint(comment)), retry=False)
+        _raise_stream_error(messages, f"Sprite {self.name}: checkpoint failed")
+        new = [c for c in self.checkpoints() if c.id not in before]
+        if not new:
+            raise SandboxError(f"Sprite {self.name}: the checkpoint was reported done but is not listed; "
+                               "list checkpoints before trying again")
+        return new[-1]
+
+    def checkpoints(self) -> list[Checkpoint]:
+        found = self._call("checkpoint list", self.sdk_sprite.list_checkpoints)
+        result = [Checkpoint(id=c.id, created_at=c.create_time.timestamp(), comment=c.comment or "")
+                  for c in found]
+        return sorted(result, key=lambda c: c.created_at)
+
+    def restore(self, checkpoint_id: str) -> None:
+        if checkpoint_id not in {c.id for c in self.checkpoints()}:
+            raise CheckpointNotFound(f"Sprite {self.name} has no checkpoint {checkpoint_id!r}; "
+                                     f"list them with: hermes-sandboxes checkpoint list {self.name}")
+        messages = self._call(f"restore of {checkpoint_id}",
+                              lambda: list(self.sdk_sprite.restore_checkpoint(checkpoint_id)), retry=False)
+        _raise_stream_error(messages, f"Sprite {self.name}: restore of {checkpoint_id} failed")
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        raise Unsupported("Sprites cannot delete checkpoints; they stay until the Sprite is deleted")
+
+    def destroy(self) -> None:
+        try:
+            self._call("delete", lambda: self._backend.api.client.delete_sprite(self.name))
+        except SandboxNotFound:
+            return
+
+
+def _argv(command: Command) -> list[str]:
+    if isinstance(command, str):
+        return ["bash", "-c", command]
+    argv = [str(a) for a in command]
+    if not argv:
+        raise InvalidInput("empty command: give a program to run")
+    return argv
+
+
+def _checked_dir(cwd: str | None) -> str | None:
+    if cwd is not None and not cwd.startswith("/"):
+        raise InvalidInput(f"working directory must be absolute, got {cwd!r}")
+    return cwd
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise InvalidInput(f"sandbox paths must be absolute, got {path!r}")
+    return path
+
+
+def _raise_stream_error(messages: list[Any], what: str) -> None:
+    for message in messages:
+        if message.type == "error":
+            raise SandboxError(f"{what}: {message.error or message.data}")
+
+
+def _timestamp(value: Any) -> float:
+    if not value:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
