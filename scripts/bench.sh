@@ -8,3 +8,4 @@ bash scripts/setup.sh test
 .venv/bin/python benchmarks/bench_hermes.py
 .venv/bin/python benchmarks/bench_proxy.py
 .venv/bin/python benchmarks/bench_e2b.py
+.venv/bin/python benchmarks/bench_sprites.py

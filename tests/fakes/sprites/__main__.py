@@ -2,7 +2,7 @@
 
     python -m tests.fakes.sprites [--token T]
 
-Prints one JSON line ``{"url": ..., "token": ...}`` once it serves; stops, destroying every Sprite
+Prints one JSON line ``{"url": ..., "token": ..., "home": <its store>}`` once it serves; stops, destroying every Sprite
 and its throw-away local store, when its stdin closes. ``GET /_fake/requests`` (same token) lists
 what it recorded.
 """
@@ -31,7 +31,7 @@ def main() -> int:
     fake = FakeSprites(backend, token=args.token, local_prefix=f"fsp{os.getpid()}")
     try:
         fake.start()
-        print(json.dumps({"url": fake.url, "token": fake.token}), flush=True)
+        print(json.dumps({"url": fake.url, "token": fake.token, "home": str(home)}), flush=True)
         sys.stdin.read()
     finally:
         fake.stop()
