@@ -133,6 +133,10 @@ def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survi
         assert (result.exit_code, result.timed_out, result.stdout) == (124, True, "started\n")
         (signal,) = fake.calls(rpc="Process/SendSignal")
         assert signal.body["signal"] == "SIGKILL" and signal.body["pid"] != daemon.pid  # type: ignore[attr-defined]
+        group_kill = [s.body["args"][-1] for s in fake.calls(rpc="Process/Start") if "kill -KILL" in s.body["args"][-1]]
+        assert group_kill == [f"kill -KILL -- -{signal.body['pid']} 2>/dev/null; true"]
+        order = [r.rpc for r in fake.requests if r.rpc in ("Process/Start", "Process/SendSignal")]
+        assert order[-2:] == ["Process/Start", "Process/SendSignal"]  # its group first, then the pid
         assert daemon.poll() is None
         assert sb.exec("echo alive").stdout == "alive\n"
         daemon.kill()

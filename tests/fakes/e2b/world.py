@@ -192,7 +192,9 @@ class FakeSandbox:
     end_at: float = 0.0
     state: str = "running"  # or "paused"
     processes: dict[int, FakeProcess] = field(default_factory=dict)
-    pids: Any = field(default_factory=lambda: itertools.count(1000))
+    # envd's pids are the fake's own numbers, above any real pid_max, so a `kill -- -PID` aimed at
+    # one inside the local sandbox can never hit a real process there
+    pids: Any = field(default_factory=lambda: itertools.count(10_000_000))
 
     def listed(self) -> dict[str, Any]:
         return {

@@ -107,11 +107,18 @@ class E2BProcess(Process):
         return self._returncode
 
     def kill(self) -> None:
-        """SIGKILL the command by pid; if its stream does not end in time, let go of it."""
+        """SIGKILL the command by pid; if its stream does not end in time, let go of it.
+
+        First, while the pid surely still names the command, its process group gets SIGKILL too:
+        recent envd starts every non-terminal command as the leader of its own group, so children
+        a shell left behind die with it. Where envd does not, that group does not exist and only
+        the command itself is killed (so the backend does not claim tree-kill)."""
         if self._done.is_set():
             return
         self._killed = True
         sdk = self._sandbox._sdk
+        with contextlib.suppress(Exception):
+            sdk.commands.run(f"kill -KILL -- -{self.pid} 2>/dev/null; true", timeout=KILL_GRACE_S)
         with contextlib.suppress(SandboxError):
             self._sandbox._call("kill a command", lambda: sdk.commands.kill(self.pid))
         if not self._done.wait(KILL_GRACE_S):
