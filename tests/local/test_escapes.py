@@ -293,9 +293,11 @@ def test_other_stores_homes_images_and_loop_files_are_unreadable(attacker: Local
         assert sh(attacker, f"ls -A {home} 2>/dev/null; true").stdout == "", home  # ...the sandbox, nothing
     result = attacker.exec(
         f"grep -rl {victims.secret} {VISIBLE_PARENT}; echo grep=$?; "
-        f"head -c 4096 {victims.btrfs_home}/store.img | wc -c; cat {victims.loop_image} | head -c 64; echo done")
+        f"echo image=$(cat {victims.btrfs_home}/store.img | wc -c) loop=$(cat {victims.loop_image} | wc -c); "
+        "echo done")
     assert victims.secret not in result.stdout, result.stdout
     assert "grep=1" in result.stdout  # searched, found nothing
+    assert "image=0 loop=0" in result.stdout, result.stdout  # no image to `btrfs restore` from
     assert result.stdout.endswith("done\n")
 
 

@@ -9,7 +9,9 @@ added to the kernel later is denied until it is reviewed here.
 
 The filter is compiled on the host (here, with the ``pyseccomp`` binding of the system's
 libseccomp) and handed to the sandbox's init as raw BPF: the init loads it with one prctl and never
-imports libseccomp, which keeps its start-up time and memory where they were. See init.py.
+imports libseccomp, which keeps its start-up time and memory where they were (measured on the dev
+machine: importing the binding and compiling in the init cost ~65 ms and ~5 MB of RSS, since finding
+the library loads subprocess and runs ldconfig; loading the exported program costs well under 1 ms).
 """
 
 from __future__ import annotations

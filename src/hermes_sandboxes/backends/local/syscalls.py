@@ -6,6 +6,7 @@ Kept dependency-free and cheap to import: the sandbox init process loads this mo
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -123,12 +124,14 @@ def load_seccomp_filter(program: bytes) -> None:
 
 
 def join_new_session_keyring() -> None:
-    """Give this process (and all it starts) a fresh, anonymous session keyring."""
+    """Give this process (and all it starts) a fresh, anonymous session keyring. A kernel built
+    without keyrings (ENOSYS) has nothing to share, so that is not an error."""
     nr = _syscall_number(_SYS_KEYCTL)
     result = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(0))
     if result < 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
+        if err != errno.ENOSYS:
+            raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
 
 
 def set_capabilities(caps: frozenset[int]) -> None:
