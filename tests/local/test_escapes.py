@@ -115,6 +115,7 @@ ALLOWED_PROBES: list[tuple[str, str, list[Any], bool]] = [
     ("personality query", "personality", [0xFFFFFFFF], False),
     ("socket AF_UNIX", "socket", [1, 1, 0], False),
     ("getpid", "getpid", [], False),
+    ("ptrace TRACEME", "ptrace", [0, 0, 0, 0], True),  # tracing one's own processes
 ]
 
 
@@ -281,6 +282,11 @@ def test_every_call_of_the_container_profile_s_deny_list_fails_inside(attacker: 
     assert probed == EXPECTED_INSIDE
     status = sh(attacker, "grep ^Seccomp /proc/self/status").stdout.split()
     assert status == ["Seccomp:", "2", "Seccomp_filters:", "1"]
+
+
+def test_strace_still_traces_the_sandbox_s_own_processes(attacker: LocalSandbox) -> None:
+    result = sh(attacker, "strace -f -e trace=execve -o /root/trace sh -c 'echo traced' && grep -c execve /root/trace")
+    assert result.stdout.split() == ["traced", "1"], result.stdout + result.stderr
 
 
 # finding 4: other stores (homes, copy-store files, btrfs images) were readable ---------------------
