@@ -307,6 +307,21 @@ def test_other_stores_homes_images_and_loop_files_are_unreadable(attacker: Local
     assert result.stdout.endswith("done\n")
 
 
+def test_a_store_created_while_a_sandbox_runs_is_hidden_from_it_at_once(attacker: LocalSandbox) -> None:
+    sh(attacker, "true")
+    secret = f"hsl-late-secret-{secrets.token_hex(6)}"
+    home = register_home(Path(tempfile.mkdtemp(prefix="hsl-late-", dir=VISIBLE_PARENT)))
+    assert sh(attacker, f"ls -d {home}").stdout.strip() == str(home)  # new host directories show inside
+    with contextlib.ExitStack() as cleanup:
+        backend = LocalBackend(home, store="copy")
+        cleanup.callback(teardown_backend, backend)
+        sb = backend.create("late")  # the store's first sandbox registers it
+        sb.write_file("/root/late.txt", secret.encode())
+        assert any(p.read_text() == secret for p in home.rglob("late.txt"))
+        result = attacker.exec(f"ls -A {home}; grep -rl {secret} {home}; echo grep=$?")
+        assert result.stdout == "grep=1\n", result.stdout
+
+
 # finding 6: the smaller ones ---------------------------------------------------------------------
 def test_the_file_helper_reads_only_regular_files_and_holds_a_command_s_capabilities(sandbox: LocalSandbox) -> None:
     sh(sandbox, "mkfifo /root/fifo")

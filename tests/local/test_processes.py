@@ -218,6 +218,8 @@ def test_a_malformed_request_fails_alone_and_the_init_lives_on(sandbox: LocalSan
     from hermes_sandboxes.backends.local import client, protocol
 
     sandbox.exec("sleep 600 >/dev/null 2>&1 &")
+    # the shell returns before its background child has become `sleep`: wait until it has
+    wait_for(lambda: sandbox.exec("pgrep -x sleep").stdout.strip() != "", "the background sleep")
     before = sandbox.exec("pgrep -x sleep").stdout.split()
     with client.connect(str(sandbox._socket)) as sock:
         r, w = os.pipe()

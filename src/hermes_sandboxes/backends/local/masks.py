@@ -10,8 +10,8 @@ Other sandbox stores on the machine are hidden differently: every store records 
 machine-wide registry, and each init covers the homes of the others (and every file that backs a
 loop device, such as a store image) with empty mounts when it starts (``hidden_from_sandboxes``,
 applied by rootfs.hide). Those mounts change nothing in the layer, so a store created later never
-shows up in a sandbox's diffs or checkpoints; a sandbox started before it hides it from its next
-start on.
+shows up in a sandbox's diffs or checkpoints; sandboxes already running when a store is first
+registered get the same mount at once (hiding.py).
 """
 
 from __future__ import annotations
@@ -36,19 +36,21 @@ STORE_REGISTRY = Path("/var/lib/hermes-sandboxes-stores")
 _LOOP_DEVICES = Path("/sys/block")
 
 
-def register_store(home: Path) -> None:
-    """Record ``home`` as a sandbox store, so that every other store's sandboxes hide it."""
+def register_store(home: Path) -> bool:
+    """Record ``home`` as a sandbox store, so that every other store's sandboxes hide it. True
+    when it was not registered yet (then hiding.py hides it from sandboxes running already)."""
     path = str(Path(home).resolve())
     entry = STORE_REGISTRY / hashlib.sha256(path.encode()).hexdigest()[:32]
     try:
         if entry.read_text() == path:
-            return
+            return False
     except OSError:
         pass
     STORE_REGISTRY.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
     tmp.write_text(path)
     os.replace(tmp, entry)
+    return True
 
 
 def registered_stores() -> list[str]:

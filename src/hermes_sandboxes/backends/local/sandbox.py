@@ -17,6 +17,7 @@ from hermes_sandboxes.backends.local import (
     client,
     egress,
     fileops,
+    hiding,
     launcher,
     masks,
     paths,
@@ -215,7 +216,8 @@ class LocalSandbox(Sandbox):
     def apply_masks(self) -> None:
         """Hide host secrets in the writable layer (idempotent). Done at creation, so that a
         checkpoint taken before the first command already has them and diffs never show them."""
-        masks.register_store(self._backend.home)  # so that other stores' sandboxes hide this one
+        if masks.register_store(self._backend.home):  # other stores' sandboxes hide this one from now on
+            hiding.hide_store_from_running_sandboxes(self._backend.home)
         extra = list(self.spec.masks) + list(self._backend.extra_masks)
         mask_list = masks.mask_paths(self._backend.home, extra) if self.spec.base is None else extra
         masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.spec.base or "/"), mask_list)

@@ -134,6 +134,11 @@ def join_new_session_keyring() -> None:
             raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
 
 
+def setns(fd: int, nstype: int) -> None:
+    """Move this process into the namespace ``fd`` refers to (os.setns arrives in Python 3.12)."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
 def set_capabilities(caps: frozenset[int]) -> None:
     """Make ``caps`` this process's effective and permitted sets (inheritable: none)."""
     mask = sum(1 << cap for cap in caps)
