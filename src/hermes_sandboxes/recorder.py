@@ -10,8 +10,9 @@ automatic checkpoints and the audit log unchanged. What it adds:
   cannot be taken, the command does not run;
 - checkpoints record the writable layer's size and, when configured, a health command's result;
 - an automatic checkpoint is not taken again when the sandbox has not changed since the checkpoint
-  it grew from (``Sandbox.changed_since`` answers False): that one is reused, so a stream of commands
-  that change nothing adds no checkpoints. None (cannot tell) takes a new one;
+  it grew from (``Sandbox.changed_since`` answers False, or True but the diff holds only the agent
+  framework's scratch files): that one is reused, so a stream of commands that change nothing adds
+  no checkpoints. None (cannot tell) takes a new one;
 - retention keeps the last N automatic checkpoints and never deletes manual or agent ones, any
   checkpoint younger than ``min_age`` seconds, nor the newest checkpoint named to the agent as its
   undo (``promise``). A named checkpoint it did delete is reported in ``broken_promises``;
@@ -256,17 +257,25 @@ class RecordedSandbox:
         return taken, verdict
 
     def _unchanged_base(self) -> Checkpoint | None:
-        """The checkpoint the sandbox grew from, if the backend can tell nothing changed since."""
+        """The checkpoint the sandbox grew from, if the backend can tell nothing changed since but
+        the agent framework's scratch files (Hermes rewrites its shell snapshot after every command)."""
         base = self._story().base
         changed_since = getattr(self._inner, "changed_since", None)  # contract: Sandbox.changed_since
         if base is None or changed_since is None:
             return None
         try:
-            if changed_since(base) is not False:
+            changed = changed_since(base)
+            # A store that answers cheaply also diffs in proportion to the change: look at what it was.
+            if changed is None or (changed and not self._only_scratch_changed(base)):
                 return None
             return self.get_checkpoint(base)
         except SandboxError:  # gone, or the backend cannot say: a new checkpoint is the safe answer
             return None
+
+    def _only_scratch_changed(self, base: str) -> bool:
+        if Capability.DIFF not in self._inner.backend.capabilities:
+            return False
+        return all(is_hermes_scratch(c.path) for c in self._inner.diff(base))
 
     def promise(self, checkpoint_id: str) -> None:
         """Record that ``checkpoint_id`` was named to the agent as the way to undo a command:
