@@ -51,9 +51,11 @@ class Limits:
     memory_bytes: int | None = None
     pids: int | None = None
     cpus: float | None = None
+    disk_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"memory_bytes": self.memory_bytes, "pids": self.pids, "cpus": self.cpus}
+        return {"memory_bytes": self.memory_bytes, "pids": self.pids, "cpus": self.cpus,
+                "disk_bytes": self.disk_bytes}
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class SandboxSpec:
                 memory_bytes=limits.get("memory_bytes"),
                 pids=limits.get("pids"),
                 cpus=limits.get("cpus"),
+                disk_bytes=limits.get("disk_bytes"),
             ),
             base=data.get("base"),
             masks=tuple(data.get("masks") or ()),
