@@ -147,6 +147,9 @@ class LocalBackend(Backend):
                 raise InvalidInput(f"{label} limit must be positive, got {value}")
         if limits.memory_bytes is not None and limits.memory_bytes < 16 << 20:
             raise InvalidInput("memory limit must be at least 16 MiB")
+        if limits.disk_bytes is not None and limits.disk_bytes < 1 << 20:
+            raise InvalidInput(f"disk limit must be at least 1 MiB, got {limits.disk_bytes}")
+        self.store.check_disk_limit(limits.disk_bytes)  # Unsupported where it cannot be enforced
         if spec.base is not None:
             base = Path(spec.base)
             if not base.is_absolute() or not (base / "bin").exists():

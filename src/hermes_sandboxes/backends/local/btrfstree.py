@@ -45,6 +45,7 @@ _RDONLY = 1  # BTRFS_ROOT_SUBVOL_RDONLY in the subvolume info's flags
 
 @dataclass(frozen=True)
 class SubvolInfo:
+    treeid: int  # the subvolume's id (its qgroup is 0/<treeid>)
     uuid: bytes
     parent_uuid: bytes  # the subvolume it is a snapshot of (zeros when made from nothing)
     otransid: int  # the transaction that created it
@@ -56,8 +57,8 @@ def subvol_info(fd: int) -> SubvolInfo:
     """The subvolume ``fd`` (any file or directory in it) belongs to."""
     buf = bytearray(_SUBVOL_INFO_SIZE)
     fcntl.ioctl(fd, _GET_SUBVOL_INFO, buf)
-    (_, _, _, _, generation, flags, uuid, parent_uuid, _, _, otransid, _, _) = _SUBVOL_INFO.unpack_from(buf)
-    return SubvolInfo(uuid, parent_uuid, otransid, generation, bool(flags & _RDONLY))
+    (treeid, _, _, _, generation, flags, uuid, parent_uuid, _, _, otransid, _, _) = _SUBVOL_INFO.unpack_from(buf)
+    return SubvolInfo(treeid, uuid, parent_uuid, otransid, generation, bool(flags & _RDONLY))
 
 
 def common_generation(a: SubvolInfo, b: SubvolInfo, known: Mapping[bytes, SubvolInfo]) -> int | None:

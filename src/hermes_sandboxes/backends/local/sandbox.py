@@ -148,6 +148,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
         lower = self.spec.base or "/"
         self.apply_masks()  # again: masks added to the settings since creation take effect now
+        store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
         groups = self._groups()
         groups.create(self._backend.effective_limits(self.spec.limits))
         self._run.mkdir(parents=True, exist_ok=True)

@@ -30,10 +30,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import btrfstree, treediff
+from hermes_sandboxes.backends.local import btrfstree, quota, treediff
 from hermes_sandboxes.backends.local import syscalls as sc
 from hermes_sandboxes.backends.local.fdwalk import Tree
-from hermes_sandboxes.errors import BackendUnavailable, SandboxError
+from hermes_sandboxes.errors import BackendUnavailable, SandboxError, Unsupported
 from hermes_sandboxes.units import parse_size
 
 _IOW_4096 = 0x50009400  # _IOW(BTRFS_IOCTL_MAGIC, nr, 4096-byte argument)
@@ -224,6 +224,17 @@ class Store(ABC):
         """Whether the layer's upper may differ from the checkpoint's (None: cannot tell cheaply)."""
         return None
 
+    # disk limits -----------------------------------------------------------------------------
+    def check_disk_limit(self, limit: int | None) -> None:
+        """Refuse a limit this store cannot enforce (before anything is created)."""
+        if limit is not None:
+            raise Unsupported(f"disk limits need the btrfs store; this one is the {self.kind} store")
+
+    def set_disk_limit(self, name: str, limit: int | None) -> None:
+        """Cap the disk the sandbox's data may take (None: lift a cap set earlier). Called before
+        every start of its init, so a new layer (a restore) is capped before anything runs."""
+        self.check_disk_limit(limit)
+
     @staticmethod
     def _clear(directory: Path) -> None:
         for entry in directory.iterdir():
@@ -369,6 +380,45 @@ class BtrfsStore(Store):
             return False
         finally:
             for fd in fds:
+                os.close(fd)
+
+    def check_disk_limit(self, limit: int | None) -> None:
+        if limit is not None:
+            self.ensure()
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                quota.enable(fd)  # Unsupported where the kernel has no simple quotas
+            finally:
+                os.close(fd)
+
+    def set_disk_limit(self, name: str, limit: int | None) -> None:
+        record = self.sandbox_dir(name) / "quota-group"  # n of its level-1 qgroup 1/n
+        if limit is None and not record.exists():
+            return
+        fd = os.open(self.layer(name), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            quota.enable(fd)
+            layer_id = btrfstree.subvol_info(fd).treeid
+            if not record.exists():  # the first layer's subvolume id: unique, never reused
+                staged = record.with_name(".tmp-quota-group")
+                staged.write_text(str(layer_id))
+                staged.rename(record)
+            group = quota.group_of(int(record.read_text()))
+            quota.create_group(fd, group)
+            quota.assign(fd, layer_id, group)
+            quota.set_limit(fd, group, limit)
+        finally:
+            os.close(fd)
+
+    def remove_sandbox(self, name: str) -> None:
+        record = self.sandbox_dir(name) / "quota-group"
+        number = int(record.read_text()) if record.exists() else None
+        super().remove_sandbox(name)
+        if number is not None and self.root.is_dir():
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                quota.remove_group(fd, quota.group_of(number))
+            finally:
                 os.close(fd)
 
     def _common_generation(self, name: str, old_fd: int, new_fd: int) -> int | None:
