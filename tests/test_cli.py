@@ -71,7 +71,8 @@ def test_create_prints_the_name_and_ls_lists_it_with_its_spec(home: Path) -> Non
                                "checkpoint_count"}
         assert listed["backend"] == "local" and listed["ephemeral"] is False
         assert listed["spec"] == {"network": "loopback", "masks": ["/opt/secret"], "base": None, "allow": [],
-                                  "limits": {"memory_bytes": 512 << 20, "pids": 200, "cpus": 1.5}}
+                                  "limits": {"memory_bytes": 512 << 20, "pids": 200, "cpus": 1.5,
+                                             "disk_bytes": None}}
         assert listed["checkpoint_count"] == 0
         plain = ok(home, "ls").stdout.splitlines()
         assert plain[0].split() == ["NAME", "STATE", "KIND", "AGE", "NETWORK", "CHANGED", "CHECKPOINTS"]
