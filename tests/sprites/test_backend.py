@@ -133,6 +133,9 @@ def test_exec_gives_exit_code_both_streams_and_home(sprite: SpritesSandbox, fake
     assert argv.stdout == "a b|$HOME|"
     sent = fake.recorded("WS")
     assert sent[0].params("cmd") == ["bash", "-c", "echo out; echo err >&2; echo $HOME; exit 4"]
+    # the service holds an exec socket open after the exit frame: we hang up, we do not wait for it
+    ours = [s for s in fake.sessions.all.values() if s.sprite.name == "sp-main"]
+    wait_for(lambda: all(s.client_closed_first for s in ours), "both clients to hang up first", timeout=4)
     assert "HOME=/root" in sent[0].params("env")
 
 

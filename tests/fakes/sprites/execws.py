@@ -5,8 +5,9 @@ Wire format (what sprites-py 0.7.2 speaks): the first frame the server sends is 
 byte (0 stdin, 1 stdout, 2 stderr, 3 exit followed by the exit code byte, 4 stdin end-of-file).
 With ``tty=true`` binary frames are raw terminal bytes both ways, the client resizes with a text
 frame ``{"type": "resize", "cols": c, "rows": r}`` and the exit comes as a text frame
-``{"type": "exit", "exit_code": n}``. Like the real service, a command whose client went away keeps
-running for a grace period (about 10 s there) unless it is killed through
+``{"type": "exit", "exit_code": n}``. Like the real service, the server keeps the socket open for
+a few seconds after the exit frame (a client must not wait for its close frame), and a command whose
+client went away keeps running for a grace period (about 10 s there) unless it is killed through
 ``POST /v1/sprites/{name}/exec/{session}/kill``.
 """
 
@@ -51,6 +52,7 @@ class ExecSession:
     done: threading.Event = field(default_factory=threading.Event)
     killed_by_api: bool = False
     master_fd: int = -1
+    client_closed_first: bool = False  # after the exit frame, the client hung up before the server did
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "command": " ".join(self.argv), "workdir": self.cwd or "/",
@@ -102,7 +104,7 @@ class ExecConnection:
     """One exec WebSocket: starts the command, streams it, and detaches on a lost client."""
 
     def __init__(self, session: ExecSession, request: ExecRequest, send: Send, receive: Receive,
-                 pool: Executor, *, grace: float, drop_after_output: bool) -> None:
+                 pool: Executor, *, grace: float, drop_after_output: bool, linger: float = 5.0) -> None:
         self.session = session
         self.request = request
         self._send = send
@@ -112,6 +114,8 @@ class ExecConnection:
         self._drop = drop_after_output
         self._queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue(maxsize=16)  # backpressure
         self._loop = asyncio.get_running_loop()
+        self._linger = linger
+        self._gone = asyncio.Event()  # the client closed its end
         self.detached = False
 
     # output from the command's pump threads into the event loop, blocking when the client lags
@@ -219,7 +223,13 @@ class ExecConnection:
                     await self._text({"type": "exit", "exit_code": code})
                 else:
                     await self._send({"type": "websocket.send", "bytes": bytes([EXIT, code & 0xFF])})
-                await self._send({"type": "websocket.close", "code": 1000})
+                # like the service: the socket stays open a while after the exit frame, so a client
+                # that waits for the server's close frame waits that long
+                try:
+                    await asyncio.wait_for(self._gone.wait(), self._linger)
+                    self.session.client_closed_first = True
+                except TimeoutError:
+                    await self._send({"type": "websocket.close", "code": 1000})
                 return
             frame = chunk if tty else bytes([stream]) + chunk
             await self._send({"type": "websocket.send", "bytes": frame})
@@ -231,6 +241,7 @@ class ExecConnection:
         while True:
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
+                self._gone.set()
                 self._detach()
                 return
             if not self.request.tty:

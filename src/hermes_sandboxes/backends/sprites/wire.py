@@ -20,6 +20,7 @@ Memory: frames are handed to the sinks as they arrive; the library's receive que
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ class ExecSocket:
             self._ws: ClientConnection = connect(
                 call.url(base_url, sprite), additional_headers={"Authorization": f"Bearer {token}"},
                 user_agent_header=user_agent, open_timeout=open_timeout, compression=None, proxy=None,
-                ping_interval=15, ping_timeout=45, close_timeout=1, max_size=MAX_FRAME, max_queue=MAX_QUEUE)
+                ping_interval=15, ping_timeout=45, close_timeout=0, max_size=MAX_FRAME, max_queue=MAX_QUEUE)
         except InvalidStatus as exc:
             response = exc.response
             body = response.body.decode(errors="replace") if response.body else ""
@@ -150,4 +151,7 @@ class ExecSocket:
         return None
 
     def close(self) -> None:
-        self._ws.close()
+        """Send a close frame without waiting for the answer: the service keeps an exec socket
+        open for seconds after the exit frame (the SDK does the same, for the same reason)."""
+        with contextlib.suppress(Exception):  # the result is already known; a late close changes nothing
+            self._ws.close()
