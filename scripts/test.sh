@@ -7,5 +7,13 @@ echo "== ruff" >&2
 .venv/bin/ruff check src tests benchmarks
 echo "== mypy --strict" >&2
 .venv/bin/mypy
+echo "== mypy --strict, without the optional extras (hermes, sprites, e2b)" >&2
+stamp=".venv-min/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -e "$stamp" ]; then
+  "${PYTHON:-python3}" -m venv .venv-min
+  .venv-min/bin/python -m pip install -q --disable-pip-version-check -e . mypy types-PyYAML
+  touch "$stamp"
+fi
+.venv-min/bin/mypy
 echo "== pytest" >&2
 exec .venv/bin/python -m pytest -q "$@"

@@ -46,6 +46,26 @@ def teardown_backend(backend: LocalBackend) -> None:
     assert not errors, f"cleanup failed: {errors}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_state_dir() -> Iterator[Path]:
+    """The host state (journals, audit logs) and the CLI's config file of this run live in a
+    throw-away directory, never in the developer's own ~/.local/state or ~/.config."""
+    root = Path(tempfile.mkdtemp(prefix="hstate-", dir="/tmp"))
+    root.chmod(0o755)  # tests that drop to an unprivileged user still find "no config file here"
+    saved = {k: os.environ.get(k) for k in ("HERMES_SANDBOXES_STATE", "HERMES_SANDBOXES_CONFIG",
+                                            "HERMES_SANDBOXES_BACKEND")}
+    os.environ["HERMES_SANDBOXES_STATE"] = str(root / "state")
+    os.environ["HERMES_SANDBOXES_CONFIG"] = str(root / "config.toml")  # absent: defaults apply
+    os.environ.pop("HERMES_SANDBOXES_BACKEND", None)
+    yield root / "state"
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def store_home() -> Iterator[Path]:
     _require_root()

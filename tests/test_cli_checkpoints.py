@@ -11,8 +11,9 @@ import cli_kit
 import pytest
 from cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
 
-from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.state import HostState
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 
@@ -32,8 +33,9 @@ def test_checkpoint_list_tells_the_story_newest_first(home: Path, box: LocalSand
     second = ok(home, "checkpoint", "create", box.name, "-m", "after two commands").stdout.strip()
     listed = as_json(home, "checkpoint", "list", box.name)
     assert [c["id"] for c in listed] == [second, first]
-    assert set(listed[0]) == {"id", "created_at", "comment", "size_bytes", "extra"}
-    story = listed[0]["extra"]
+    assert set(listed[0]) == {"id", "created_at", "comment", "trigger", "trigger_command", "previous", "commands",
+                              "health", "layer_bytes", "journaled"}
+    story = listed[0]
     assert story["trigger"] == "manual" and story["previous"] == first
     assert [(c["command"], c["exit_code"]) for c in story["commands"]] == [("echo one", 0), ("exit 2", 2)]
     plain = ok(home, "checkpoint", "list", box.name).stdout.splitlines()
@@ -178,7 +180,7 @@ def test_secrets_passed_with_env_never_reach_the_audit_log(home: Path, box: Loca
     secret = "s3cr3t-" + unique_name("v")
     result = ok(home, "exec", box.name, "--env", f"API_TOKEN={secret}", "--", f"test $API_TOKEN = {secret}")
     assert result.exit_code == 0
-    audit = (home / "audit.jsonl").read_text()
+    audit = HostState().audit_path(LocalBackend(home).key).read_text()
     assert secret not in audit and "REDACTED" in audit
 
 
@@ -187,7 +189,7 @@ def test_checkpoint_create_with_a_health_command_keeps_its_result_in_the_story(
     failed = ok(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok").stdout.strip()
     ok(home, "exec", box.name, "--", "touch /root/ok")
     passed = ok(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok").stdout.strip()
-    story = {c["id"]: c["extra"]["health"] for c in as_json(home, "checkpoint", "list", box.name)}
+    story = {c["id"]: c["health"] for c in as_json(home, "checkpoint", "list", box.name)}
     assert (story[failed]["passed"], story[failed]["exit_code"]) == (False, 1)
     assert (story[passed]["passed"], story[passed]["command"]) == (True, "test -f /root/ok")
     assert "passed: test -f /root/ok" in ok(home, "checkpoint", "show", box.name, passed).stdout

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli import cli
+from hermes_sandboxes.cli.demo import Demo
 from hermes_sandboxes.cli.output import Ui
-from hermes_sandboxes.demo import Demo
+from hermes_sandboxes.state import HostState
 
 
 def test_the_demo_passes_end_to_end_and_leaves_no_sandbox_behind(local_backend: LocalBackend) -> None:
@@ -28,7 +27,7 @@ def test_the_demo_passes_end_to_end_and_leaves_no_sandbox_behind(local_backend: 
     assert "checkpoint" in timings and "restore" in timings and " ms" in timings
     assert "Demo passed" in out
     assert local_backend.names() == before
-    assert list((Path(local_backend.home) / "journals").glob("demo-*")) == []
+    assert list(HostState().backend_dir(local_backend.key).glob("journals/demo-*")) == []
 
 
 def test_a_demo_whose_step_misbehaves_exits_1_names_the_step_and_still_cleans_up(

@@ -26,10 +26,9 @@ from hermes_sandboxes.journal import (
     HealthCheck,
     Journal,
     RestoreRecord,
-    audit_path,
     command_text,
-    journal_path,
 )
+from hermes_sandboxes.state import HostState
 
 # A writer that appends as fast as it can and acknowledges each append on stdout once append()
 # has returned, so the parent knows which entries it was promised.
@@ -269,7 +268,7 @@ def test_every_kind_of_record_reads_back_as_written(tmp_path: Path) -> None:
 
 
 def test_records_can_be_read_for_one_sandbox_of_a_shared_audit_log(tmp_path: Path) -> None:
-    audit = Journal(audit_path(tmp_path))
+    audit = Journal(tmp_path / "audit.jsonl")
     audit.append(ExecRecord(sandbox="one", command="ls", exit_code=0, duration_s=0.1))
     audit.append(ExecRecord(sandbox="two", command="pwd", exit_code=0, duration_s=0.1))
     assert commands(audit.records_of(ExecRecord, sandbox="two")) == ["pwd"]
@@ -298,11 +297,14 @@ def test_long_fields_are_clipped_after_redaction(tmp_path: Path) -> None:
 
 
 def test_paths_and_command_text_conventions(tmp_path: Path) -> None:
-    assert journal_path(tmp_path, "my-box") == tmp_path / "journals" / "my-box.jsonl"
-    assert audit_path(tmp_path) == tmp_path / "audit.jsonl"
+    state = HostState(tmp_path)
+    assert state.journal_path("local-abc", "my-box") == tmp_path / "local-abc" / "journals" / "my-box.jsonl"
+    assert state.audit_path("local-abc") == tmp_path / "local-abc" / "audit.jsonl"
     assert command_text(["echo", "two words"]) == "echo 'two words'"
     with pytest.raises(Exception, match="invalid sandbox name"):
-        journal_path(tmp_path, "../escape")
+        state.journal_path("local-abc", "../escape")
+    with pytest.raises(Exception, match="cannot name a directory"):
+        state.audit_path("../up")
 
 
 # -- the story ----------------------------------------------------------------------------------

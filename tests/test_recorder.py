@@ -3,7 +3,7 @@ restore previews and the audit log."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from hermes_sandboxes.journal import (
 )
 from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.sandbox import ChangeKind, Sandbox
+from hermes_sandboxes.state import HostState
 
 Factory = Callable[..., RecordedSandbox]
 
@@ -27,17 +28,18 @@ Factory = Callable[..., RecordedSandbox]
 @pytest.fixture
 def record(sandbox: Sandbox, tmp_path: Path) -> Factory:
     def make(**options: Any) -> RecordedSandbox:
-        return RecordedSandbox.at_home(sandbox, tmp_path, durable=False, **options)
+        return HostState(tmp_path, durable=False).recorded(sandbox, **options)
 
     return make
 
 
 def audit_of(tmp_path: Path) -> Journal:
-    return Journal(tmp_path / "audit.jsonl")
+    (path,) = tmp_path.glob("*/audit.jsonl")  # one backend's audit log under the host state dir
+    return Journal(path)
 
 
-def commands(extra_commands: list[dict[str, Any]]) -> list[str]:
-    return [c["command"] for c in extra_commands]
+def commands(records: Sequence[ExecRecord]) -> list[str]:
+    return [c.command for c in records]
 
 
 def make_app(recorded: RecordedSandbox) -> None:
@@ -72,7 +74,7 @@ def test_an_automatic_checkpoint_before_rm_rf_lets_restore_bring_the_app_back(re
     assert outcome.verdict.risky and outcome.result.ok
     auto = outcome.auto_checkpoint
     assert auto is not None
-    assert auto.extra["trigger"] == "auto" and auto.extra["trigger_command"] == "rm -rf /root/app"
+    assert auto.trigger == "auto" and auto.trigger_command == "rm -rf /root/app"
     assert "rm -rf /root/app" in auto.comment
     assert not recorded.exec("test -e /root/app").result.ok
 
@@ -124,7 +126,7 @@ def test_retention_keeps_the_last_ten_automatic_checkpoints_and_every_manual_one
     listed = recorded.checkpoints()
     by_trigger: dict[str, list[str]] = {}
     for checkpoint in listed:
-        by_trigger.setdefault(checkpoint.extra["trigger"], []).append(checkpoint.id)
+        by_trigger.setdefault(checkpoint.trigger, []).append(checkpoint.id)
     assert by_trigger["auto"] == autos[-10:]
     assert by_trigger["manual"] == [c.id for c in manual]
     assert by_trigger["agent"] == [agent.id]
@@ -146,13 +148,13 @@ def test_each_checkpoint_lists_the_commands_since_the_previous_one(record: Facto
     second = recorded.checkpoint("after two commands")
 
     listed = {c.id: c for c in recorded.checkpoints()}
-    assert commands(listed[first.id].extra["commands"]) == ["echo one"]
-    assert listed[second.id].extra["previous"] == first.id
-    assert [(c["command"], c["exit_code"]) for c in listed[second.id].extra["commands"]] == [
+    assert commands(listed[first.id].commands) == ["echo one"]
+    assert listed[second.id].previous == first.id
+    assert [(c.command, c.exit_code) for c in listed[second.id].commands] == [
         ("echo two", 0), ("false", 1)]
-    assert listed[second.id].extra["trigger"] == "manual"
+    assert listed[second.id].trigger == "manual"
     assert listed[second.id].comment == "after two commands"
-    assert isinstance(listed[second.id].extra["layer_bytes"], int)
+    assert isinstance(listed[second.id].layer_bytes, int)
 
 
 def test_a_deleted_checkpoint_hands_its_commands_to_the_next_one(record: Factory) -> None:
@@ -166,8 +168,8 @@ def test_a_deleted_checkpoint_hands_its_commands_to_the_next_one(record: Factory
 
     listed = {c.id: c for c in recorded.checkpoints()}
     assert set(listed) == {first.id, last.id}
-    assert listed[last.id].extra["previous"] == first.id
-    assert commands(listed[last.id].extra["commands"]) == ["echo a", "echo b"]
+    assert listed[last.id].previous == first.id
+    assert commands(listed[last.id].commands) == ["echo a", "echo b"]
     (deleted,) = recorded.journal.records_of(CheckpointDeleteRecord)
     assert (deleted.id, deleted.reason) == (middle.id, "manual")
 
@@ -205,7 +207,7 @@ def test_a_checkpoint_taken_outside_the_journal_still_lists_with_trigger_unknown
     direct = sandbox.checkpoint("taken by hand")
     recorded.exec("echo after")
     (listed,) = recorded.checkpoints()
-    assert listed.id == direct.id and listed.extra["trigger"] == "unknown" and not listed.extra["journaled"]
+    assert listed.id == direct.id and listed.trigger == "unknown" and not listed.journaled
     assert listed.comment == "taken by hand"
     preview = recorded.restore_preview(direct.id, diff=False)
     assert preview.commands is not None and [c.command for c in preview.commands] == ["echo after"]
@@ -219,9 +221,9 @@ def test_the_health_command_runs_before_a_checkpoint_and_its_result_is_kept(reco
     recorded.exec("touch /root/app/changed", checkpoint="off")  # else the auto checkpoint reuses "installed"
     auto = recorded.exec("echo x", checkpoint="always").auto_checkpoint
 
-    assert sick.extra["health"]["passed"] is False and sick.extra["health"]["exit_code"] == 1
-    assert well.extra["health"]["passed"] is True and "healthy" in well.extra["health"]["output_tail"]
-    assert auto is not None and auto.extra["health"] is None  # not before every risky command
+    assert sick.health is not None and sick.health.passed is False and sick.health.exit_code == 1
+    assert well.health is not None and well.health.passed is True and "healthy" in well.health.output_tail
+    assert auto is not None and auto.health is None  # not before every risky command
     # The health command is the checkpoint's evidence, not one of the agent's commands.
     assert "test -f" not in " ".join(e.command for e in recorded.journal.records_of(ExecRecord))
     stored = {r.id: r for r in recorded.journal.records_of(CheckpointRecord)}
@@ -232,7 +234,7 @@ def test_the_health_command_runs_before_a_checkpoint_and_its_result_is_kept(reco
 def test_checkpoint_show_and_missing_checkpoints(record: Factory) -> None:
     recorded = record()
     taken = recorded.checkpoint("kept", trigger="agent")
-    assert recorded.get_checkpoint(taken.id).extra["trigger"] == "agent"
+    assert recorded.get_checkpoint(taken.id).trigger == "agent"
     with pytest.raises(CheckpointNotFound, match="checkpoint list"):
         recorded.restore_preview("ck-nope")
     with pytest.raises(InvalidInput):
@@ -243,7 +245,7 @@ def test_destroy_is_recorded_and_ends_the_story(local_backend: Any, tmp_path: Pa
     from hermes_sandboxes.identity import unique_name
 
     sandbox = local_backend.create(unique_name("rec"))
-    recorded = RecordedSandbox.at_home(sandbox, tmp_path, durable=False)
+    recorded = HostState(tmp_path, durable=False).recorded(sandbox)
     recorded.record_create()
     recorded.checkpoint("doomed")
     recorded.destroy()
@@ -253,10 +255,10 @@ def test_destroy_is_recorded_and_ends_the_story(local_backend: Any, tmp_path: Pa
 
 
 def test_secrets_never_reach_the_logs(record: Factory, tmp_path: Path) -> None:
-    recorded = RecordedSandbox.at_home(
-        record().inner, tmp_path, durable=False, redact=lambda s: s.replace("s3cr3t-token", "[REDACTED]"))
+    recorded = HostState(tmp_path, durable=False).recorded(
+        record().inner, redact=lambda s: s.replace("s3cr3t-token", "[REDACTED]"))
     recorded.exec("echo s3cr3t-token > /dev/null", env={"API_TOKEN": "s3cr3t-token"})
-    for path in (recorded.journal.path, tmp_path / "audit.jsonl"):
+    for path in (recorded.journal.path, audit_of(tmp_path).path):
         text = path.read_text()
         assert "s3cr3t-token" not in text and "API_TOKEN" not in text
 
@@ -264,7 +266,7 @@ def test_secrets_never_reach_the_logs(record: Factory, tmp_path: Path) -> None:
 def test_overwriting_an_existing_protected_file_is_risky_and_creating_one_is_not(record: Factory) -> None:
     recorded = record(policy="risky", protected_paths=["/root/app"])
     make_app(recorded)  # its redirects create files, which the sandbox confirms did not exist
-    assert [c.extra["trigger"] for c in recorded.checkpoints()] == []
+    assert [c.trigger for c in recorded.checkpoints()] == []
     assert recorded.exec("echo new > NOTES", cwd="/root/app").auto_checkpoint is None
     outcome = recorded.exec("echo v2 > VERSION", cwd="/root/app")
     assert outcome.auto_checkpoint is not None

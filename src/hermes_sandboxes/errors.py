@@ -8,7 +8,10 @@ from __future__ import annotations
 
 
 class SandboxError(Exception):
-    """Root of every error this package raises on purpose."""
+    """Root of every error this package raises on purpose. ``retryable`` tells a caller whether
+    the same call may succeed if tried again later (a lost connection, a rate limit)."""
+
+    retryable = False
 
 
 class InvalidInput(SandboxError):
@@ -35,6 +38,34 @@ class BackendUnavailable(SandboxError):
     """The backend cannot run on this machine; the message names what is missing."""
 
 
+class MissingDependency(BackendUnavailable):
+    """The backend's optional dependencies are not installed; the message names the pip extra."""
+
+
+class AuthenticationFailed(SandboxError):
+    """The service refused our credentials (missing, wrong or expired token)."""
+
+
+class RateLimited(SandboxError):
+    """The service asked us to slow down; ``retry_after`` is its hint in seconds, if it gave one."""
+
+    retryable = True
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SandboxUnreachable(SandboxError):
+    """The sandbox or its service cannot be reached now (lost connection, 5xx); try again."""
+
+    retryable = True
+
+
+class QuotaExceeded(SandboxError):
+    """An account quota or a limit of the service was reached (sandboxes, disk, concurrency)."""
+
+
 class SandboxBusy(SandboxError):
     """Another process holds the sandbox's lock for longer than we were willing to wait."""
 
@@ -45,3 +76,7 @@ class ExecFailed(SandboxError):
 
 class SandboxFileNotFound(SandboxError, FileNotFoundError):
     """A path asked for inside the sandbox does not exist there."""
+
+
+class CheckpointFailed(SandboxError):
+    """The automatic checkpoint before a risky command could not be taken; the command did not run."""

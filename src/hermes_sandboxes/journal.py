@@ -1,6 +1,6 @@
 """An append-only JSON-lines event log: each sandbox's checkpoint journal and the global audit log.
 
-One class serves both; only the path differs (see ``journal_path`` and ``audit_path``).
+One class serves both; only the path differs (see ``hermes_sandboxes.state.HostState``).
 
 Durability and concurrency, the guarantees the rest of the package relies on:
 
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError
-from hermes_sandboxes.identity import validate_name
 
 SCHEMA_VERSION = 1
 Trigger = Literal["manual", "auto", "agent"]
@@ -47,16 +46,6 @@ _TRUNCATION_MARK = "…[truncated {} chars]"
 # Fields whose values we generate (or validate) ourselves; redacting them could only corrupt the
 # structure of the log, never hide a secret.
 _STRUCTURAL_FIELDS = frozenset({"v", "ts", "type", "sandbox", "id", "trigger", "reason"})
-
-
-def journal_path(home: Path, sandbox: str) -> Path:
-    """Where a sandbox's checkpoint journal lives under a backend's home directory."""
-    return home / "journals" / f"{validate_name(sandbox)}.jsonl"
-
-
-def audit_path(home: Path) -> Path:
-    """Where the audit log of every sandbox under ``home`` lives."""
-    return home / "audit.jsonl"
 
 
 def command_text(command: str | Sequence[str]) -> str:
@@ -107,14 +96,19 @@ class CreateRecord(RecordBase):
     TYPE: ClassVar[str] = "create"
     backend: str | None = None
     ephemeral: bool | None = None
+    forked_from: str | None = None  # "<sandbox>" or "<sandbox>@<checkpoint>" for a fork
 
     def fields(self) -> dict[str, Any]:
-        return {"backend": self.backend, "ephemeral": self.ephemeral}
+        out: dict[str, Any] = {"backend": self.backend, "ephemeral": self.ephemeral}
+        if self.forked_from is not None:
+            out["forked_from"] = self.forked_from
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CreateRecord:
         return cls(sandbox=d["sandbox"], ts=d["ts"], backend=_get(d, "backend", str, optional=True),
-                   ephemeral=_get(d, "ephemeral", bool, optional=True))
+                   ephemeral=_get(d, "ephemeral", bool, optional=True),
+                   forked_from=_get(d, "forked_from", str, optional=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +122,8 @@ class ExecRecord(RecordBase):
     timed_out: bool = False
     origin: Mapping[str, str] = field(default_factory=dict)  # e.g. task id, session id
     error: str | None = None
-    internal: bool = False  # sent by the agent framework itself (risk.hermes_internal), not the agent
+    killed: bool = False  # stopped by us (a deadline, an interrupt, a broken pipe), not by itself
+    internal: bool = False  # sent by the agent's own machinery, not by the agent (hidden by default)
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"command": self.command, "exit_code": self.exit_code,
@@ -137,9 +132,16 @@ class ExecRecord(RecordBase):
             out["origin"] = {str(k): str(v) for k, v in self.origin.items()}
         if self.error is not None:
             out["error"] = self.error
+        if self.killed:
+            out["killed"] = True
         if self.internal:
             out["internal"] = True
         return out
+
+    def to_summary(self) -> dict[str, Any]:
+        """The flat form a checkpoint's story and the agent tools show."""
+        return {"command": self.command, "exit_code": self.exit_code, "duration_s": self.duration_s,
+                "timed_out": self.timed_out, "killed": self.killed, "internal": self.internal, "ts": self.ts}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ExecRecord:
@@ -152,6 +154,7 @@ class ExecRecord(RecordBase):
                    timed_out=bool(_get(d, "timed_out", bool, optional=True)),
                    origin={str(k): str(v) for k, v in origin.items()},
                    error=_get(d, "error", str, optional=True),
+                   killed=bool(_get(d, "killed", bool, optional=True)),
                    internal=bool(_get(d, "internal", bool, optional=True)))
 
 

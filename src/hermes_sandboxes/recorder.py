@@ -19,20 +19,27 @@ automatic checkpoints and the audit log unchanged. What it adds:
 - ``checkpoints()`` tells each checkpoint's story; ``restore_preview()`` says what a restore would
   throw away (diff summary where the backend can diff, and the commands since the checkpoint).
 
+- ``start()`` / ``exec()`` are the one recorded path of a command for every face: plan the
+  per-command credentials, classify, checkpoint if risky, start, and journal how it ended (an
+  interrupted or killed command included);
+- where the backend lacks a capability, it degrades and says so: no checkpoint deletion means
+  retention keeps everything (``retention_note``), no diff means previews say why.
+
 Write-ahead is not attempted: a host dying between the backend's checkpoint and the journal append
 leaves a checkpoint with no record, which still lists, with trigger ``unknown``.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_sandboxes.diffsummary import DiffSummary, summarize
-from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput, SandboxError, Unsupported
+from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.journal import (
     MAX_OUTPUT_TAIL_CHARS,
     CheckpointDeleteRecord,
@@ -46,13 +53,10 @@ from hermes_sandboxes.journal import (
     HealthCheck,
     Journal,
     RecordBase,
-    RedactFn,
     RestoreRecord,
     Story,
     Trigger,
-    audit_path,
     command_text,
-    journal_path,
     validate_trigger,
 )
 from hermes_sandboxes.risk import (
@@ -70,12 +74,58 @@ from hermes_sandboxes.sandbox import (
     ExecResult,
     FileChange,
     OutputSink,
+    Process,
     Sandbox,
 )
+from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = 10
 DEFAULT_MIN_AGE = 600.0  # seconds: an automatic checkpoint this young is never pruned
 UNKNOWN_TRIGGER = "unknown"  # a checkpoint the journal has no record of (taken by other means)
+
+
+def _no_secret(name: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class StoriedCheckpoint:
+    """A checkpoint with its story: why it was taken, from which state, and what ran before it.
+
+    ``to_dict()`` is the documented, flat schema of ``checkpoint list --json`` and the agent tools:
+    ``id``, ``created_at``, ``comment``, ``trigger`` (manual | auto | agent | unknown),
+    ``trigger_command`` (the risky command an automatic checkpoint protects against),
+    ``previous`` (the checkpoint this state grew from), ``commands`` (what ran since ``previous``:
+    command, exit_code, duration_s, timed_out, killed, internal, ts), ``health`` (the health
+    command's result: command, exit_code, passed, output_tail; or null), ``layer_bytes`` (size of
+    what the sandbox had changed, where known) and ``journaled`` (false: taken by other means, the
+    journal has no story for it)."""
+
+    id: str
+    created_at: float
+    comment: str = ""
+    trigger: str = UNKNOWN_TRIGGER
+    trigger_command: str | None = None
+    previous: str | None = None
+    commands: tuple[ExecRecord, ...] = ()
+    health: HealthCheck | None = None
+    layer_bytes: int | None = None
+    journaled: bool = False
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.id, self.created_at, self.comment, self.layer_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "created_at": self.created_at, "comment": self.comment, "trigger": self.trigger,
+            "trigger_command": self.trigger_command, "previous": self.previous,
+            "commands": [c.to_summary() for c in self.commands],
+            "health": self.health.to_dict() if self.health else None,
+            "layer_bytes": self.layer_bytes, "journaled": self.journaled,
+        }
 
 
 @dataclass(frozen=True)
@@ -83,15 +133,16 @@ class RecordedExec:
     """A command's result, the automatic checkpoint taken just before it (if any) and why."""
 
     result: ExecResult
-    auto_checkpoint: Checkpoint | None
+    auto_checkpoint: StoriedCheckpoint | None
     verdict: RiskVerdict
+    credentials: CredentialPlan = field(default_factory=CredentialPlan)
 
 
 @dataclass(frozen=True)
 class RestorePreview:
     """What restoring ``checkpoint`` would throw away."""
 
-    checkpoint: Checkpoint  # with its story in ``extra``
+    checkpoint: StoriedCheckpoint
     commands: tuple[ExecRecord, ...] | None  # None: the journal cannot tell
     changes: tuple[FileChange, ...] | None  # None: no diff (see ``diff_unavailable``)
     summary: DiffSummary | None
@@ -100,15 +151,65 @@ class RestorePreview:
     def to_dict(self) -> dict[str, Any]:
         return {
             "checkpoint": self.checkpoint.to_dict(),
-            "commands": None if self.commands is None else [_command_dict(c) for c in self.commands],
+            "commands": None if self.commands is None else [c.to_summary() for c in self.commands],
             "summary": self.summary.to_dict() if self.summary else None,
             "diff_unavailable": self.diff_unavailable,
         }
 
 
-def _command_dict(record: ExecRecord) -> dict[str, Any]:
-    return {"command": record.command, "exit_code": record.exit_code, "duration_s": record.duration_s,
-            "timed_out": record.timed_out, "ts": record.ts}
+class RecordedProcess(Process):
+    """A started command whose end is journaled once: when ``wait()`` sees it end (exit code or a
+    lost sandbox). ``kill()`` marks it killed by us. The checkpoint taken before it, if any, is
+    ``auto_checkpoint``."""
+
+    def __init__(self, recorder: RecordedSandbox, inner: Process, command: str, *, origin: Mapping[str, str],
+                 internal: bool, auto_checkpoint: StoriedCheckpoint | None, verdict: RiskVerdict,
+                 credentials: CredentialPlan) -> None:
+        self._recorder = recorder
+        self._inner = inner
+        self._command = command
+        self._origin = dict(origin)
+        self._internal = internal
+        self._started = time.monotonic()
+        self._killed = False
+        self._recorded = False
+        self._lock = threading.Lock()
+        self.auto_checkpoint = auto_checkpoint
+        self.verdict = verdict
+        self.credentials = credentials
+
+    @property
+    def inner(self) -> Process:
+        return self._inner
+
+    @property
+    def returncode(self) -> int | None:
+        return self._inner.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            code = self._inner.wait(timeout)
+        except SandboxError as exc:
+            self.record(None, error=str(exc))
+            raise
+        if code is not None:
+            self.record(code)
+        return code
+
+    def kill(self) -> None:
+        self._killed = True
+        self._inner.kill()
+
+    def record(self, exit_code: int | None, *, timed_out: bool = False, error: str | None = None,
+               killed: bool = False) -> None:
+        """Journal how the command ended (once; later calls are ignored)."""
+        with self._lock:
+            if self._recorded:
+                return
+            self._recorded = True
+        self._recorder.record_exec(self._command, exit_code, time.monotonic() - self._started,
+                                   timed_out=timed_out, origin=self._origin, error=error,
+                                   killed=killed or self._killed, internal=self._internal)
 
 
 def _validate_policy(policy: str) -> CheckpointPolicy:
@@ -145,6 +246,9 @@ class RecordedSandbox:
         health_timeout: float | None = 600.0,
         health_on: Collection[Trigger] = ("manual", "agent"),
         origin: Mapping[str, str] | None = None,
+        credentials: Mapping[str, str] | None = None,
+        lookup: SecretLookup = _no_secret,
+        redactor: Redactor | None = None,
     ) -> None:
         if retention < 1:
             raise InvalidInput(
@@ -163,16 +267,12 @@ class RecordedSandbox:
         self.health_timeout = health_timeout
         self.health_on = frozenset(validate_trigger(t) for t in health_on)
         self.origin = dict(origin or {})
+        self.credentials = dict(credentials or {})  # program -> secret name
+        self.lookup = lookup
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.retention_note = ""  # set when retention had to keep more than it was asked to
         if self.policy != "off":
             self._require_checkpoints()
-
-    @classmethod
-    def at_home(cls, sandbox: Sandbox, home: Path, *, durable: bool = True,
-                redact: RedactFn | None = None, **options: Any) -> RecordedSandbox:
-        """Wrap ``sandbox`` with the journal and audit log at their conventional paths under ``home``."""
-        journal = Journal(journal_path(home, sandbox.name), durable=durable, redact=redact)
-        audit = Journal(audit_path(home), durable=durable, redact=redact)
-        return cls(sandbox, journal, audit, **options)
 
     @property
     def inner(self) -> Sandbox:
@@ -203,19 +303,77 @@ class RecordedSandbox:
                 "use checkpoint policy 'off' with it"
             )
 
-    def record_create(self) -> None:
+    def record_create(self, *, forked_from: str | None = None) -> None:
         """Note that the sandbox was just created (a new life for its name: older stories end)."""
         self._record(CreateRecord(sandbox=self.name, backend=self._inner.backend.name,
-                                  ephemeral=self._inner.ephemeral))
+                                  ephemeral=self._inner.ephemeral, forked_from=forked_from))
 
     # -- commands -------------------------------------------------------------------------------
+
+    def _prepare(self, command: Command, *, record_as: str | None, checkpoint: CheckpointPolicy | None,
+                 cwd: str | None, env: Mapping[str, str] | None, internal: bool,
+                 origin: Mapping[str, str] | None) -> tuple[str, dict[str, str], dict[str, str], CredentialPlan,
+                                                         StoriedCheckpoint | None, RiskVerdict]:
+        """Everything before a command starts: its credentials, its automatic checkpoint, its origin."""
+        text = record_as if record_as is not None else command_text(command)
+        plan = plan_credentials(text, self.credentials, self.lookup) if not internal else CredentialPlan()
+        for name, value in plan.env.items():
+            self.redactor.add(name, value)
+        if internal:
+            auto, verdict = None, RiskVerdict(False, ())
+        else:
+            try:
+                auto, verdict = self.checkpoint_if_risky(text, policy=checkpoint, cwd=cwd)
+            except (CheckpointFailed, InvalidInput):
+                raise
+            except SandboxError as exc:  # fail closed: no checkpoint, no risky command
+                raise CheckpointFailed(f"the automatic checkpoint of sandbox {self.name} before this command "
+                                       f"failed ({exc}); the command was not run") from exc
+        tags = {**(origin or {})}
+        if plan.used:
+            tags["credentials"] = ",".join(plan.used)  # names only, never values
+        return text, {**(env or {}), **plan.env}, tags, plan, auto, verdict
+
+    def start(
+        self,
+        command: Command,
+        *,
+        record_as: str | None = None,
+        checkpoint: CheckpointPolicy | None = None,
+        origin: Mapping[str, str] | None = None,
+        internal: bool = False,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        on_stdout: OutputSink | None = None,
+        on_stderr: OutputSink | None = None,
+    ) -> RecordedProcess:
+        """Start ``command`` the recorded way: credentials for the programs it runs, an automatic
+        checkpoint first if the policy wants one (if it cannot be taken, nothing runs), and its end
+        journaled when ``wait()`` sees it. ``record_as`` is the command line to classify and record
+        when ``command`` wraps it (Hermes's shell wrapper); ``internal`` marks the agent's own
+        housekeeping (never checkpointed, hidden from stories by default)."""
+        text, run_env, tags, plan, auto, verdict = self._prepare(
+            command, record_as=record_as, checkpoint=checkpoint, cwd=cwd, env=env, internal=internal,
+            origin=origin)
+        internal = internal or verdict.internal is not None  # the framework's housekeeping, by its shape
+        try:
+            inner = self._inner.start(command, cwd=cwd, env=run_env, stdin=stdin, on_stdout=on_stdout,
+                                      on_stderr=on_stderr)
+        except SandboxError as exc:
+            self.record_exec(text, None, 0.0, origin=tags, error=str(exc), internal=internal)
+            raise
+        return RecordedProcess(self, inner, text, origin=tags, internal=internal, auto_checkpoint=auto,
+                               verdict=verdict, credentials=plan)
 
     def exec(
         self,
         command: Command,
         *,
+        record_as: str | None = None,
         checkpoint: CheckpointPolicy | None = None,
         origin: Mapping[str, str] | None = None,
+        internal: bool = False,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         stdin: bytes | None = None,
@@ -224,24 +382,31 @@ class RecordedSandbox:
         on_stderr: OutputSink | None = None,
         capture_limit: int = 256 * 1024,
     ) -> RecordedExec:
-        """Run ``command`` after an automatic checkpoint if the policy (``checkpoint`` overrides the
-        sandbox's) wants one. ``env`` is passed on and never recorded."""
-        text = command_text(command)
-        auto, verdict = self.checkpoint_if_risky(text, policy=checkpoint, cwd=cwd)
+        """Run ``command`` to its end (or ``timeout``) the recorded way (see ``start``). A command
+        that an interrupt (Ctrl-C, a signal turned into an exception) stops is killed by the
+        sandbox's exec and journaled as killed before the interrupt goes on. ``env`` is passed on
+        and never recorded."""
+        text, run_env, tags, plan, auto, verdict = self._prepare(
+            command, record_as=record_as, checkpoint=checkpoint, cwd=cwd, env=env, internal=internal,
+            origin=origin)
+        internal = internal or verdict.internal is not None  # the framework's housekeeping, by its shape
         started = time.monotonic()
         try:
-            result = self._inner.exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout,
+            result = self._inner.exec(command, cwd=cwd, env=run_env, stdin=stdin, timeout=timeout,
                                       on_stdout=on_stdout, on_stderr=on_stderr, capture_limit=capture_limit)
         except SandboxError as exc:
-            self.record_exec(text, None, time.monotonic() - started, origin=origin, error=str(exc),
-                             internal=verdict.internal is not None)
+            self.record_exec(text, None, time.monotonic() - started, origin=tags, error=str(exc), internal=internal)
             raise
-        self.record_exec(text, result.exit_code, result.duration_s, timed_out=result.timed_out, origin=origin,
-                         internal=verdict.internal is not None)
-        return RecordedExec(result, auto, verdict)
+        except BaseException as exc:  # interrupted: exec has killed the command; record before going on
+            self.record_exec(text, None, time.monotonic() - started, origin=tags, killed=True, internal=internal,
+                             error=f"interrupted ({type(exc).__name__})")
+            raise
+        self.record_exec(text, result.exit_code, result.duration_s, timed_out=result.timed_out, origin=tags,
+                         killed=result.timed_out, internal=internal)
+        return RecordedExec(result, auto, verdict, plan)
 
     def checkpoint_if_risky(self, command: str, *, policy: CheckpointPolicy | None = None,
-                            cwd: str | None = None) -> tuple[Checkpoint | None, RiskVerdict]:
+                            cwd: str | None = None) -> tuple[StoriedCheckpoint | None, RiskVerdict]:
         """The automatic checkpoint before ``command``, when the policy (``policy`` overrides the
         sandbox's) wants one. Raises if it cannot be taken: callers must not run the command then."""
         chosen = self.policy if policy is None else _validate_policy(policy)
@@ -256,15 +421,14 @@ class RecordedSandbox:
         taken = self.checkpoint(f"before: {_short(command)}{why}", trigger="auto", trigger_command=command)
         return taken, verdict
 
-    def _unchanged_base(self) -> Checkpoint | None:
+    def _unchanged_base(self) -> StoriedCheckpoint | None:
         """The checkpoint the sandbox grew from, if the backend can tell nothing changed since but
         the agent framework's scratch files (Hermes rewrites its shell snapshot after every command)."""
         base = self._story().base
-        changed_since = getattr(self._inner, "changed_since", None)  # contract: Sandbox.changed_since
-        if base is None or changed_since is None:
+        if base is None:
             return None
         try:
-            changed = changed_since(base)
+            changed = self._inner.changed_since(base)
             # A store that answers cheaply also diffs in proportion to the change: look at what it was.
             if changed is None or (changed and not self._only_scratch_changed(base)):
                 return None
@@ -283,16 +447,18 @@ class RecordedSandbox:
         self._record(CheckpointNamedRecord(sandbox=self.name, id=checkpoint_id))
 
     def record_exec(self, command: str, exit_code: int | None, duration_s: float, *, timed_out: bool = False,
-                    origin: Mapping[str, str] | None = None, error: str | None = None,
+                    origin: Mapping[str, str] | None = None, error: str | None = None, killed: bool = False,
                     internal: bool | None = None) -> None:
-        """Journal (and audit) a command that ran through another path than ``exec``, e.g. a
-        streaming start() driven by a caller; ``origin`` adds to the sandbox's own tags. ``internal``
-        marks housekeeping the agent framework sent by itself; None recognises it from the text."""
+        """Journal (and audit) how a command ended; ``origin`` adds to the sandbox's own tags. Used
+        by ``start``/``exec`` and by faces that run a command past them (an interactive shell).
+        ``internal`` marks housekeeping the agent framework sent by itself; None recognises it from
+        the text."""
         if internal is None:
             internal = hermes_internal(command) is not None
         self._record(ExecRecord(sandbox=self.name, command=command, exit_code=exit_code,
                                 duration_s=duration_s, timed_out=timed_out,
-                                origin={**self.origin, **(origin or {})}, error=error, internal=internal))
+                                origin={**self.origin, **(origin or {})}, error=error, killed=killed,
+                                internal=internal))
 
     def _exists(self, path: str) -> bool:
         """Whether ``path`` exists in the sandbox; the classifier asks only about redirect targets
@@ -305,7 +471,7 @@ class RecordedSandbox:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def checkpoint(self, comment: str = "", *, trigger: Trigger = "manual",
-                   trigger_command: str | None = None, health: bool | None = None) -> Checkpoint:
+                   trigger_command: str | None = None, health: bool | None = None) -> StoriedCheckpoint:
         """Take a checkpoint and record its story. ``health`` forces the health command on or off;
         by default it runs when one is configured and ``trigger`` is in ``health_on``."""
         trigger = validate_trigger(trigger)
@@ -336,10 +502,17 @@ class RecordedSandbox:
 
     def _prune(self) -> None:
         """Delete the automatic checkpoints beyond the newest ``retention``; never the others, nor
-        one younger than ``min_age``, nor the newest one named to the agent."""
+        one younger than ``min_age``, nor the newest one named to the agent. A backend that cannot
+        delete checkpoints keeps them all, and ``retention_note`` says so."""
         story = self._story()
         listed = self._inner.checkpoints()
         autos = [c for c in listed if (told := story.get(c.id)) is not None and told.record.trigger == "auto"]
+        if len(autos) > self.retention and Capability.DELETE_CHECKPOINTS not in self._inner.backend.capabilities:
+            self.retention_note = (
+                f"the {self._inner.backend.name} backend cannot delete checkpoints: all {len(autos)} automatic "
+                f"checkpoints of {self.name} are kept (retention asks for {self.retention})")
+            logger.info("%s", self.retention_note)
+            return
         live = {c.id for c in listed}
         newest_named = next((i for i in reversed(story.named) if i in live), None)
         young = time.time() - self.min_age
@@ -356,14 +529,14 @@ class RecordedSandbox:
                 broken.append(checkpoint.id)
         self.broken_promises = tuple(broken)
 
-    def checkpoints(self, *, include_internal: bool = False) -> list[Checkpoint]:
-        """The sandbox's checkpoints, oldest first, each with its story in ``extra`` (the agent
-        framework's own housekeeping commands left out unless ``include_internal``)."""
+    def checkpoints(self, *, include_internal: bool = False) -> list[StoriedCheckpoint]:
+        """The sandbox's checkpoints, oldest first, each with its story (the agent framework's own
+        housekeeping commands left out unless ``include_internal``)."""
         listed = self._inner.checkpoints()
         story, live = self._story(include_internal), {c.id for c in listed}
         return [self._enrich(c, story, live) for c in listed]
 
-    def get_checkpoint(self, checkpoint_id: str, *, include_internal: bool = False) -> Checkpoint:
+    def get_checkpoint(self, checkpoint_id: str, *, include_internal: bool = False) -> StoriedCheckpoint:
         for checkpoint in self.checkpoints(include_internal=include_internal):
             if checkpoint.id == checkpoint_id:
                 return checkpoint
@@ -372,32 +545,22 @@ class RecordedSandbox:
             f"`hermes-sandboxes checkpoint list {self.name}`"
         )
 
-    def _enrich(self, checkpoint: Checkpoint, story: Story, live: Collection[str] | None) -> Checkpoint:
+    def _enrich(self, checkpoint: Checkpoint, story: Story, live: Collection[str] | None) -> StoriedCheckpoint:
         """``checkpoint`` with its story; ``live`` (the ids that still exist) lets the story skip over
         deleted checkpoints, None takes it as recorded."""
         told = story.get(checkpoint.id)
         if told is None:
-            extra: dict[str, Any] = {
-                "trigger": UNKNOWN_TRIGGER, "trigger_command": None, "previous": None, "commands": [],
-                "health": None, "layer_bytes": None, "journaled": False,
-            }
-            return Checkpoint(checkpoint.id, checkpoint.created_at, checkpoint.comment,
-                              checkpoint.size_bytes, {**checkpoint.extra, **extra})
+            return StoriedCheckpoint(checkpoint.id, checkpoint.created_at, checkpoint.comment,
+                                     layer_bytes=checkpoint.size_bytes)
         previous, commands = (told.previous, list(told.commands)) if live is None else (
             _since_listed(told, story, live))
         record = told.record
-        size = checkpoint.size_bytes if checkpoint.size_bytes is not None else record.layer_bytes
-        extra = {
-            "trigger": record.trigger,
-            "trigger_command": record.trigger_command,
-            "previous": previous,
-            "commands": [_command_dict(c) for c in commands],
-            "health": record.health.to_dict() if record.health else None,
-            "layer_bytes": size,
-            "journaled": True,
-        }
-        return Checkpoint(checkpoint.id, checkpoint.created_at, checkpoint.comment or record.comment,
-                          size, {**checkpoint.extra, **extra})
+        return StoriedCheckpoint(
+            id=checkpoint.id, created_at=checkpoint.created_at, comment=checkpoint.comment or record.comment,
+            trigger=record.trigger, trigger_command=record.trigger_command, previous=previous,
+            commands=tuple(commands), health=record.health,
+            layer_bytes=checkpoint.size_bytes if checkpoint.size_bytes is not None else record.layer_bytes,
+            journaled=True)
 
     # -- restore, delete, destroy ---------------------------------------------------------------
 
@@ -437,6 +600,10 @@ class RecordedSandbox:
     def destroy(self) -> None:
         self._inner.destroy()
         self._record(DestroyRecord(sandbox=self.name))
+
+    def close(self) -> None:
+        """Close the journal (the audit log may be shared: its owner closes it)."""
+        self._journal.close()
 
 
 def _since_listed(

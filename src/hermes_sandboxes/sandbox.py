@@ -2,6 +2,26 @@
 
 Callers depend on these types only. A backend states what it can do in ``Backend.capabilities``
 so callers ask for a capability instead of testing backend names.
+
+Rules every backend keeps (the conformance suite in tests/contract/ checks them):
+
+- **Commands.** A ``str`` is a shell command line, run by ``bash -c`` (``sh -c`` where the sandbox
+  has no bash); a sequence is an argv, run as is, without a shell. A backend whose service takes
+  only one form converts: an argv becomes ``shlex.join(argv)`` for a shell-only service, a string
+  becomes ``["bash", "-c", command]`` for an argv-only one. Commands get a fresh environment
+  (never the host's) with ``HOME`` set to ``Sandbox.home``, plus the ``env`` given.
+- **Exit codes.** The command's own code; ``TIMEOUT_EXIT_CODE`` (124) when ``exec`` stopped it at
+  its deadline; 128+N when signal N killed it.
+- **Kill.** ``Process.kill()`` kills the command. With ``Capability.TREE_KILL`` it also kills every
+  process the command started, ``setsid``, ``nohup`` and double forks included; without it,
+  processes the command detached may survive (callers say so where it matters). After a kill,
+  ``exec`` waits at most ``KILL_GRACE_S`` for the command to be gone and then raises
+  ``SandboxUnreachable``: a lost connection can never hang it.
+- **Files.** Paths are absolute (``InvalidInput`` otherwise); ``write_file`` creates missing parent
+  directories and replaces the file; ``read_file`` / ``delete_file`` of a missing path raise
+  ``SandboxFileNotFound``.
+- **Specs.** A value of ``SandboxSpec`` a backend cannot honour is refused (``Unsupported`` or
+  ``InvalidInput``) before anything is created, never silently ignored.
 """
 
 from __future__ import annotations
@@ -16,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hermes_sandboxes.capture import BoundedCapture
-from hermes_sandboxes.errors import Unsupported
+from hermes_sandboxes.errors import InvalidInput, SandboxUnreachable, Unsupported
 
+# none: no network at all; loopback: a private 127.0.0.1 only; host: whatever the backend's host
+# reaches (the internet, for a cloud sandbox); proxy: only what ``SandboxSpec.allow`` names.
 NetworkMode = Literal["none", "loopback", "host", "proxy"]
 NETWORK_MODES: tuple[NetworkMode, ...] = ("none", "loopback", "host", "proxy")
 
@@ -27,22 +49,29 @@ Command = str | Sequence[str]
 OutputSink = Callable[[bytes], None]
 
 TIMEOUT_EXIT_CODE = 124  # what `timeout(1)` and Hermes use for a command stopped by its deadline
+KILL_GRACE_S = 30.0  # how long exec waits for a killed command before calling the sandbox unreachable
 
 
 class Capability(enum.StrEnum):
+    """What a backend can do beyond the contract's core; each flag is read by the faces, which
+    degrade and say so where one is missing. Every backend runs commands, keeps files and named
+    sandboxes across processes, and keeps background processes between commands."""
+
     CHECKPOINTS = "checkpoints"
     CHEAP_CHECKPOINTS = "cheap-checkpoints"  # constant-time, independent of the layer's size
     DIFF = "diff"
-    BACKGROUND_PROCESSES = "background-processes"  # a daemon survives between execs
-    NETWORK_POLICY = "network-policy"
-    LIMITS = "limits"
-    PERSISTENCE = "persistence"  # a named sandbox outlives the process that created it
+    LIMITS = "limits"  # SandboxSpec.limits are enforced
     TREE_KILL = "tree-kill"  # a timeout kills every process the command started
+    DELETE_CHECKPOINTS = "delete-checkpoints"  # retention can prune old checkpoints
+    FORK = "fork"  # Sandbox.fork: a new sandbox from a checkpoint of another
+    TERMINAL = "terminal"  # Sandbox.attach: a command on the caller's own descriptors (a pty)
+    EGRESS_ALLOWLIST = "egress-allowlist"  # network "proxy" with SandboxSpec.allow
 
 
 class SandboxState(enum.StrEnum):
     RUNNING = "running"
     STOPPED = "stopped"  # exists, no processes (after a reboot or before first use)
+    PAUSED = "paused"  # suspended by the service (memory kept or not); resumes on the next command
     UNKNOWN = "unknown"
 
 
@@ -57,40 +86,47 @@ class Limits:
         return {"memory_bytes": self.memory_bytes, "pids": self.pids, "cpus": self.cpus,
                 "disk_bytes": self.disk_bytes}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Limits:
+        return cls(memory_bytes=data.get("memory_bytes"), pids=data.get("pids"), cpus=data.get("cpus"),
+                   disk_bytes=data.get("disk_bytes"))
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in (self.memory_bytes, self.pids, self.cpus, self.disk_bytes))
+
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """How to build a sandbox. Backends ignore what they cannot honour and say so in info()."""
+    """How to build a sandbox, in terms every backend can mean. A backend refuses (never ignores)
+    a value it cannot honour; backend-specific choices (the local backend's base filesystem and
+    masks, a cloud account) are that backend's settings, not the spec's."""
 
     network: NetworkMode = "none"
+    allow: tuple[str, ...] = ()  # egress allow-list for network "proxy": hosts, *.wildcards, IPs, :ports
     limits: Limits = field(default_factory=Limits)
-    base: str | None = None  # local backend: a rootfs directory; None means the host's root
-    masks: tuple[str, ...] = ()  # extra paths to hide, on top of the backend's own list
-    allow: tuple[str, ...] = ()  # egress allow-list, used with network="proxy"
+    image: str | None = None  # an image or template name, for backends that build from one
+    labels: Mapping[str, str] = field(default_factory=dict)
+    idle_timeout: float | None = None  # seconds without a command before the service may pause it
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "network": self.network,
-            "limits": self.limits.to_dict(),
-            "base": self.base,
-            "masks": list(self.masks),
             "allow": list(self.allow),
+            "limits": self.limits.to_dict(),
+            "image": self.image,
+            "labels": dict(self.labels),
+            "idle_timeout": self.idle_timeout,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SandboxSpec:
-        limits = data.get("limits") or {}
         return cls(
             network=data.get("network", "none"),
-            limits=Limits(
-                memory_bytes=limits.get("memory_bytes"),
-                pids=limits.get("pids"),
-                cpus=limits.get("cpus"),
-                disk_bytes=limits.get("disk_bytes"),
-            ),
-            base=data.get("base"),
-            masks=tuple(data.get("masks") or ()),
             allow=tuple(data.get("allow") or ()),
+            limits=Limits.from_dict(data.get("limits") or {}),
+            image=data.get("image"),
+            labels=dict(data.get("labels") or {}),
+            idle_timeout=data.get("idle_timeout"),
         )
 
 
@@ -120,20 +156,17 @@ class SandboxInfo:
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """A checkpoint as the backend knows it. Its story (why, what ran) is the recorder's
+    ``StoriedCheckpoint``."""
+
     id: str
     created_at: float
     comment: str = ""
     size_bytes: int | None = None  # writable-layer size captured, where known
-    extra: Mapping[str, Any] = field(default_factory=dict)  # the story (journal), backend detail
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "created_at": self.created_at,
-            "comment": self.comment,
-            "size_bytes": self.size_bytes,
-            **({"extra": dict(self.extra)} if self.extra else {}),
-        }
+        return {"id": self.id, "created_at": self.created_at, "comment": self.comment,
+                "size_bytes": self.size_bytes}
 
 
 class ChangeKind(enum.StrEnum):
@@ -185,7 +218,8 @@ class Process(ABC):
 
     @abstractmethod
     def kill(self) -> None:
-        """Kill the command and every process it started (setsid, nohup, double forks included)."""
+        """Kill the command; with ``Capability.TREE_KILL`` every process it started too (setsid,
+        nohup, double forks included). Callable from an output sink and from any thread."""
 
     def poll(self) -> int | None:
         return self.wait(0)
@@ -196,6 +230,8 @@ class Sandbox(ABC):
 
     name: str
     ephemeral: bool
+    created: bool = False  # True when the open()/create() that returned this handle made the sandbox
+    home: str = "/root"  # the home directory (HOME) commands get
 
     @property
     @abstractmethod
@@ -203,6 +239,11 @@ class Sandbox(ABC):
 
     @abstractmethod
     def info(self) -> SandboxInfo: ...
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop every process of the sandbox (pause it, where the service pauses); its files stay
+        and the next command starts it again."""
 
     @abstractmethod
     def start(
@@ -254,8 +295,7 @@ class Sandbox(ABC):
             raise
         timed_out = code is None
         if timed_out:
-            proc.kill()
-            proc.wait()
+            kill_and_reap(proc, self.name)
             code = TIMEOUT_EXIT_CODE
         assert code is not None
         return ExecResult(
@@ -305,21 +345,80 @@ class Sandbox(ABC):
     def delete_checkpoint(self, checkpoint_id: str) -> None: ...
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
-        """Changes from checkpoint ``from_id`` to ``to_id`` (or to now)."""
+        """Changes from checkpoint ``from_id`` to ``to_id`` (or to now); ``Capability.DIFF``."""
         raise Unsupported(f"the {self.backend.name} backend cannot diff checkpoints")
+
+    def changed_since(self, checkpoint_id: str) -> bool | None:
+        """Whether anything changed since the checkpoint, when the backend can tell cheaply
+        (constant time); None when it cannot."""
+        return None
+
+    def fork(self, new_name: str, checkpoint_id: str | None = None) -> Sandbox:
+        """A new persistent sandbox ``new_name`` whose files are those of ``checkpoint_id`` (or of
+        this sandbox now); this sandbox is untouched. ``Capability.FORK``."""
+        raise Unsupported(f"the {self.backend.name} backend cannot fork sandboxes")
+
+    def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
+               env: Mapping[str, str] | None = None) -> Process:
+        """Run ``command`` on the caller's own stdin, stdout and stderr descriptors (the slave end
+        of a pseudo-terminal, for an interactive shell). ``Capability.TERMINAL``."""
+        raise Unsupported(f"the {self.backend.name} backend has no interactive terminal")
 
     @abstractmethod
     def destroy(self) -> None:
         """Remove the sandbox, its processes and its checkpoints. Idempotent."""
 
 
+def kill_and_reap(proc: Process, sandbox: str) -> None:
+    """Kill ``proc`` and wait a bounded time for it to be gone; SandboxUnreachable if it is not,
+    so a connection lost mid-kill cannot hang the caller."""
+    proc.kill()
+    if proc.wait(KILL_GRACE_S) is None:
+        raise SandboxUnreachable(
+            f"sandbox {sandbox}: a killed command was still not reported gone after {KILL_GRACE_S:.0f}s; "
+            "the connection to the sandbox may be lost, try again")
+
+
 class Backend(ABC):
+    """Where sandboxes live. ``key`` names that place stably (the host's journals are kept under
+    it); ``close()`` releases what the backend holds (connections)."""
+
     name: str
     capabilities: frozenset[Capability]
 
+    @property
+    def key(self) -> str:
+        """A stable id of where this backend's sandboxes live, e.g. ``local-<digest of its home>``."""
+        return self.name
+
+    def unavailable_reason(self) -> str | None:
+        """Why this backend cannot run here (missing root, dependency or credentials), cheaply and
+        without the network; None when it can."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional: only backends that hold connections override it
+        """Release connections and other resources; the backend is not used afterwards."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        """Refuse what this backend's capabilities cannot honour; backends add their own checks."""
+        if spec.network == "proxy" and Capability.EGRESS_ALLOWLIST not in self.capabilities:
+            raise Unsupported(f"the {self.name} backend has no egress allow-list (network 'proxy')")
+        if spec.allow and spec.network != "proxy":
+            raise InvalidInput("an allow-list only applies with network 'proxy' (the other modes reach nothing "
+                               f"or everything); got network {spec.network!r}")
+        if not spec.limits.is_empty() and Capability.LIMITS not in self.capabilities:
+            raise Unsupported(f"the {self.name} backend cannot limit memory, processes, CPU or disk")
+
     @abstractmethod
     def open(self, name: str, spec: SandboxSpec | None = None) -> Sandbox:
-        """Resume the persistent sandbox ``name`` or create it with ``spec``.
+        """Resume the persistent sandbox ``name`` or create it with ``spec``; the returned
+        sandbox's ``created`` says which.
 
         Refuses to adopt an ephemeral sandbox. ``spec`` only applies at creation."""
 

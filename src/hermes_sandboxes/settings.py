@@ -14,23 +14,20 @@ words into other types: ``off`` and ``no`` become ``False``, ``123`` an int, ``1
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
-from typing import ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.identity import NAME_RE
-from hermes_sandboxes.sandbox import Limits, NetworkMode, SandboxSpec
+from hermes_sandboxes.sandbox import NETWORK_MODES, Limits, NetworkMode, SandboxSpec
 from hermes_sandboxes.units import parse_duration, parse_size
 
 MAX_PREFIX_LENGTH = 40
 DEFAULT_NAME_PREFIX = "hermes"
-DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
-STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
+REDACTED = "[redacted]"
 
 _SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROGRAM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
@@ -75,10 +72,12 @@ def _require_number(value: object, expected: str) -> int | float:
 
 
 class BackendSettings(BaseModel):
-    """Settings every backend shares. Subclasses add their backend's own keys."""
+    """Settings every backend shares. Subclasses add their backend's own keys and a ``backend``
+    field whose literal value names the backend (the discriminator of the registry)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    backend_id: ClassVar[str] = ""
+    # keys whose values are secrets: shown as REDACTED by ``display()`` (`hermes-sandboxes config`)
+    secret_keys: ClassVar[frozenset[str]] = frozenset()
 
     name_prefix: str = DEFAULT_NAME_PREFIX
     scope: Scope = "session"
@@ -168,38 +167,43 @@ class BackendSettings(BaseModel):
         return text
 
 
-def _absolute_paths(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise ValueError("expected a list of absolute paths")
-    for item in value:
-        if not isinstance(item, str) or not item.startswith("/"):
-            raise ValueError(f"{item!r} is not an absolute path")
-    return tuple(value)
+    def spec(self) -> SandboxSpec:
+        """The spec new sandboxes get from these settings (CLI flags may override parts of it)."""
+        return SandboxSpec()
+
+    def display(self) -> dict[str, Any]:
+        """Every effective setting, secrets redacted, for showing to a person."""
+        data = self.model_dump(mode="json")
+        return {k: (REDACTED if k in self.secret_keys and v else v) for k, v in data.items()}
 
 
-S = TypeVar("S", bound=BackendSettings)
-
-
-class LocalSettings(BackendSettings):
-    """Settings of the local sandbox backend (plugin id ``sandbox``)."""
-
-    backend_id: ClassVar[str] = "sandbox"
+class SpecSettings(BackendSettings):
+    """The portable spec as settings (network, allow-list, limits), for backends that honour them."""
 
     network: NetworkMode = "none"
+    allow: tuple[str, ...] = ()
     memory: int | None = Field(default=None, description="bytes; written as a size such as 2G")
     pids: int | None = None
     cpus: float | None = None
-    base: str | None = None
-    masks: tuple[str, ...] = ()
-    home: str | None = Field(default=None, description=f"store directory; else ${STORE_HOME_ENV}")
 
     @field_validator("network", mode="before")
     @classmethod
     def _network(cls, value: object) -> str:
-        text = _require_text(value, "'none', 'loopback' or 'host'")
-        if text not in ("none", "loopback", "host"):
-            raise ValueError(f"{text!r} is not a network mode; use 'none', 'loopback' or 'host'")
+        modes = ", ".join(repr(m) for m in NETWORK_MODES)
+        text = _require_text(value, modes)
+        if text not in NETWORK_MODES:
+            raise ValueError(f"{text!r} is not a network mode; use one of {modes}")
         return text
+
+    @field_validator("allow", mode="before")
+    @classmethod
+    def _allow(cls, value: object) -> tuple[str, ...]:
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise ValueError("expected a list of hosts, e.g. [pypi.org, '*.pythonhosted.org', '127.0.0.1:8080']")
+        for item in value:
+            if not isinstance(item, str) or not item.strip():
+                raise ValueError(f"{item!r} is not a host name, IP address or @preset")
+        return tuple(value)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -227,29 +231,21 @@ class LocalSettings(BackendSettings):
             raise ValueError(f"got {value!r}; expected a number of CPUs between 0 and 1024")
         return float(number)
 
-    @field_validator("base", "home", mode="before")
-    @classmethod
-    def _directory(cls, value: object) -> str:
-        text = _require_text(value, "an absolute directory path")
-        if not text.startswith("/"):
-            raise ValueError(f"{text!r} is not an absolute path")
-        return text
-
-    @field_validator("masks", mode="before")
-    @classmethod
-    def _masks(cls, value: object) -> tuple[str, ...]:
-        return _absolute_paths(value)
-
     def spec(self) -> SandboxSpec:
-        return SandboxSpec(
-            network=self.network,
-            limits=Limits(memory_bytes=self.memory, pids=self.pids, cpus=self.cpus),
-            base=self.base,
-            masks=self.masks,
-        )
+        return SandboxSpec(network=self.network, allow=self.allow,
+                           limits=Limits(memory_bytes=self.memory, pids=self.pids, cpus=self.cpus))
 
-    def store_home(self) -> Path:
-        return Path(self.home or os.environ.get(STORE_HOME_ENV) or DEFAULT_STORE_HOME)
+
+def _absolute_paths(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError("expected a list of absolute paths")
+    for item in value:
+        if not isinstance(item, str) or not item.startswith("/"):
+            raise ValueError(f"{item!r} is not an absolute path")
+    return tuple(value)
+
+
+S = TypeVar("S", bound=BackendSettings)
 
 
 def validate_settings(model: type[S], raw: object, *, where: str) -> S:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hermes_sandboxes.journal import audit_path
+from hermes_sandboxes.state import HostState
 
 if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness
@@ -46,7 +46,7 @@ def test_invalid_settings_refuse_with_the_key_and_reason_in_the_result_and_in_st
     assert hermes.sandbox_names() == []
     if key.endswith("name_prefix"):  # one full `hermes status --full` run is enough (it takes seconds)
         status = _status_full(hermes)
-        assert "Sandbox settings" in status and f"plugins.entries.sandbox.{key}" in status
+        assert "Local sandbox settings" in status and f"plugins.entries.sandbox.{key}" in status
 
 
 def test_an_unparseable_config_refuses_instead_of_running_on_defaults(hermes: HermesHarness) -> None:
@@ -98,7 +98,7 @@ def test_a_risky_command_is_preceded_by_a_checkpoint_the_model_can_restore(herme
     assert hermes.call("sandbox_restore", {"id": checkpoint_id})["restored"] == checkpoint_id
     assert hermes.run("cat /root/data/db")["output"].strip() == "precious"
     story = hermes.call("sandbox_checkpoints", {})["checkpoints"][0]
-    assert story["trigger"] == "auto" and story["taken_before"] == "rm -rf /root/data"
+    assert story["trigger"] == "auto" and story["trigger_command"] == "rm -rf /root/data"
 
 
 def _install_fake_flyctl(hermes: HermesHarness) -> None:
@@ -121,7 +121,7 @@ def test_a_mapped_secret_reaches_only_the_command_that_runs_its_program(hermes: 
     # never on the sandbox's disk: Hermes's shell snapshot leaves the name out
     assert hermes.run("grep -rl FLY_API_TOKEN /tmp /root 2>/dev/null | wc -l")["output"].strip() == "0"
 
-    audit = audit_path(hermes.backend.home).read_text()
+    audit = HostState().audit_path(hermes.backend.key).read_text()
     assert TOKEN not in audit
     records = [json.loads(line) for line in audit.splitlines() if hermes.prefix in line]
     flyctl = [r for r in records if r.get("command") == "flyctl deploy"]
@@ -141,7 +141,7 @@ def test_every_command_lands_in_the_audit_log_with_its_task_and_session(
 ) -> None:
     monkeypatch.setenv("HERMES_SESSION_KEY", "a")
     hermes.run("echo audited", task_id="turn-7")
-    records = [json.loads(line) for line in audit_path(hermes.backend.home).read_text().splitlines()]
+    records = [json.loads(line) for line in HostState().audit_path(hermes.backend.key).read_text().splitlines()]
     mine = [r for r in records if r.get("type") == "exec" and r.get("command") == "echo audited"
             and r["sandbox"].startswith(hermes.prefix)]
     assert mine and mine[-1]["origin"]["session"] == "a" and mine[-1]["origin"]["task"] == "session:a"
@@ -174,9 +174,9 @@ def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -
 
 
 def test_the_dashboard_probe_and_setup_instructions_tell_what_is_missing(hermes: HermesHarness) -> None:
-    from hermes_sandboxes.hermes.provider import LocalSandboxProvider
+    from hermes_sandboxes.hermes.local import LocalProvider
 
-    provider = LocalSandboxProvider()
+    provider = LocalProvider()
     assert provider.probe() == ("ready", "")
     hermes.configure(scope="sesion")
     status, detail = provider.probe()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_sandboxes.backends.local.settings import LocalSettings
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.hermes.naming import (
     Profile,
@@ -14,7 +15,7 @@ from hermes_sandboxes.hermes.naming import (
 )
 from hermes_sandboxes.identity import is_valid_name
 from hermes_sandboxes.secrets import Redactor, StreamRedactor, plan_credentials, programs_invoked
-from hermes_sandboxes.settings import InvalidSettings, LocalSettings, validate_settings
+from hermes_sandboxes.settings import InvalidSettings, validate_settings
 from hermes_sandboxes.units import parse_size
 
 DEFAULT = Profile("default", "/root/.hermes")

@@ -19,8 +19,9 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.egress.broker import BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.journal import EgressRecord, Journal, audit_path
+from hermes_sandboxes.journal import EgressRecord, Journal
 from hermes_sandboxes.sandbox import SandboxSpec
+from hermes_sandboxes.state import HostState
 from tests.cli_kit import ok
 from tests.local import egress_kit
 from tests.local.kit import init_state, new_sandbox, pid_alive, sh, temp_backend, wait_for
@@ -71,7 +72,7 @@ def https_b(site: Path, upstream_cert: tuple[Path, Path]) -> Iterator[egress_kit
 
 
 def audit(backend: LocalBackend, sb: LocalSandbox) -> list[EgressRecord]:
-    return Journal(audit_path(backend.home)).records_of(EgressRecord, sandbox=sb.name)
+    return Journal(HostState().audit_path(backend.key)).records_of(EgressRecord, sandbox=sb.name)
 
 
 def audited(backend: LocalBackend, sb: LocalSandbox, port: int, verdict: str) -> list[EgressRecord]:

@@ -417,7 +417,7 @@ def _rootfs_base(files: dict[str, str]) -> Iterator[Path]:
 def test_shadow_backups_are_scrubbed_too(local_backend: LocalBackend) -> None:
     hashed = "$6$salt$0123456789abcdefghijklmnopqrstuvwxyz"
     files = {"shadow-": f"root:{hashed}:19000:0:99999:7:::\n", "gshadow-": f"root:{hashed}::\n"}
-    with _rootfs_base(files) as base, new_sandbox(local_backend, SandboxSpec(base=str(base))) as sb:
+    with _rootfs_base(files) as base, new_sandbox(LocalBackend(local_backend.home, base=str(base))) as sb:
         assert sb.read_file("/etc/shadow-").decode().splitlines() == ["root:*:19000:0:99999:7:::"]
         assert sb.read_file("/etc/gshadow-").decode().splitlines() == ["root:*::"]
         assert hashed in (base / "etc" / "shadow-").read_text()

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.sandbox import SandboxSpec
 from tests.conftest import teardown_backend
 from tests.local.kit import init_state, new_sandbox, pid_alive, register_home, sandbox_commands, sh, temp_home
 
@@ -90,9 +89,9 @@ def world() -> Iterator[World]:
         host_sleep = subprocess.Popen(["sleep", host_sleep_arg])
 
         home = register_home(Path(tempfile.mkdtemp(prefix="hsl-", dir=VISIBLE_PARENT)))
-        backend = LocalBackend(home, store="copy", extra_masks=[str(backend_mask_dir)])
-        spec = SandboxSpec(masks=(str(user_mask_dir), str(user_mask_file)))
-        with new_sandbox(backend, spec) as sb:
+        backend = LocalBackend(home, store="copy", masks=[str(backend_mask_dir), str(user_mask_dir),
+                                                          str(user_mask_file)])
+        with new_sandbox(backend) as sb:
             sh(sb, "true")  # the init starts now, with the secrets above in place
             for key, value in env_before.items():  # masks were applied; the host env goes back
                 if value is None:
@@ -152,7 +151,7 @@ def test_password_hashes_of_a_rootfs_base_are_scrubbed(local_backend: LocalBacke
         hashed = "$6$salt$0123456789abcdefghijklmnopqrstuvwxyz"
         (base / "etc" / "shadow").write_text(f"root:{hashed}:19000:0:99999:7:::\nbob:!:19000::::::\n")
         (base / "etc" / "gshadow").write_text(f"root:{hashed}::\n")
-        with new_sandbox(local_backend, SandboxSpec(base=str(base))) as sb:
+        with new_sandbox(LocalBackend(local_backend.home, base=str(base))) as sb:
             shadow = sb.read_file("/etc/shadow").decode()
             gshadow = sb.read_file("/etc/gshadow").decode()
         assert shadow.splitlines() == ["root:*:19000:0:99999:7:::", "bob:!:19000::::::"]
@@ -397,8 +396,8 @@ def test_symlinks_planted_inside_do_not_steer_the_host_s_mask_writes(local_backe
     (masked / "secret").write_text("masked file\n")
     (masked / "subdir").mkdir()
     try:
-        spec = SandboxSpec(masks=(str(masked / "secret"), str(masked / "subdir")))
-        with new_sandbox(local_backend, spec) as sb:
+        masking = LocalBackend(local_backend.home, masks=(str(masked / "secret"), str(masked / "subdir")))
+        with new_sandbox(masking) as sb:
             assert sb.exec(f"cat {masked}/secret").exit_code != 0  # masked at the first start
             sh(sb, f"rm -rf {masked} && ln -s {victim} {masked} && rm -rf /etc && ln -s {victim} /etc")
             sb.stop()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.errors import InvalidInput, SandboxExists, SandboxNotFound
+from hermes_sandboxes.errors import InvalidInput, SandboxExists, SandboxNotFound, Unsupported
 from hermes_sandboxes.sandbox import SandboxSpec
 from tests.local.kit import RUN_PREFIX, fresh_name, init_state, new_sandbox, pid_alive, sh
 
@@ -125,14 +125,25 @@ def test_a_destroyed_name_can_be_created_again_from_scratch(local_backend: Local
 
 
 @pytest.mark.parametrize("spec", [SandboxSpec(network="wifi"),  # type: ignore[arg-type]
-                                  SandboxSpec(masks=("relative/path",)),
-                                  SandboxSpec(base="/nonexistent-rootfs")],
-                         ids=["network", "mask", "base"])
+                                  SandboxSpec(image="ubuntu:24.04"),
+                                  SandboxSpec(allow=("pypi.org",)),
+                                  SandboxSpec(idle_timeout=60.0)],
+                         ids=["network", "image", "allow-without-proxy", "idle-timeout"])
 def test_a_bad_spec_is_rejected_before_anything_is_created(local_backend: LocalBackend,
                                                            spec: SandboxSpec) -> None:
     before = _home_listing(local_backend)
-    with pytest.raises(InvalidInput):
+    with pytest.raises((InvalidInput, Unsupported)):
         local_backend.create(fresh_name(), spec)
+    assert _home_listing(local_backend) == before
+
+
+@pytest.mark.parametrize("settings", [{"masks": ("relative/path",)}, {"base": "/nonexistent-rootfs"}],
+                         ids=["mask", "base"])
+def test_bad_local_settings_are_rejected_before_anything_is_created(local_backend: LocalBackend,
+                                                                   settings: dict[str, object]) -> None:
+    before = _home_listing(local_backend)
+    with pytest.raises(InvalidInput):
+        LocalBackend(local_backend.home, **settings)  # type: ignore[arg-type]
     assert _home_listing(local_backend) == before
 
 

@@ -1,1 +1,119 @@
-"""Backends: one module (or package) per place a sandbox can live."""
+"""The backend registry: a name (``local``, ``sprites``, ``e2b``) -> its settings model and factory.
+
+Each backend's settings model lives in a light module (no SDK import) and carries the backend's
+name as the literal value of its ``backend`` field, the discriminator of the settings union. The
+factory module, with its SDK, is imported only when that backend is chosen; a missing optional
+dependency is one ``MissingDependency`` naming the pip extra. The faces (CLI, Hermes plugin, demo)
+reach backends only through here, never by importing a backend module.
+
+``register()`` adds a backend at run time (a third-party one, or the degraded test backends of the
+conformance suite).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hermes_sandboxes.errors import InvalidInput, MissingDependency
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.sandbox import Backend
+    from hermes_sandboxes.settings import BackendSettings
+
+DEFAULT_BACKEND = "local"
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    name: str
+    summary: str
+    settings: str  # "module:Class" of its settings model (imports no SDK)
+    factory: str  # "module:function": settings -> Backend (imported only when chosen)
+    extra: str | None = None  # the pip extra that installs its dependencies
+    requires: tuple[str, ...] = ()  # top-level modules the factory needs
+
+    def missing(self) -> list[str]:
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+
+_LOCK = threading.Lock()
+_ENTRIES: dict[str, BackendEntry] = {}
+
+
+def register(entry: BackendEntry) -> None:
+    with _LOCK:
+        _ENTRIES[entry.name] = entry
+
+
+register(BackendEntry(
+    "local", "namespaces, an overlay root and a copy-on-write store on this machine (Linux, root)",
+    "hermes_sandboxes.backends.local.settings:LocalSettings",
+    "hermes_sandboxes.backends.local.factory:build_backend"))
+register(BackendEntry(
+    "sprites", "Fly.io Sprites: persistent cloud VMs with checkpoints",
+    "hermes_sandboxes.backends.sprites_settings:SpritesSettings",
+    "hermes_sandboxes.backends.sprites:build_backend", extra="sprites", requires=("sprites",)))
+register(BackendEntry(
+    "e2b", "E2B cloud sandboxes (pause and resume, snapshots)",
+    "hermes_sandboxes.backends.e2b_settings:E2BSettings",
+    "hermes_sandboxes.backends.e2b:build_backend", extra="e2b", requires=("e2b",)))
+
+
+def names() -> list[str]:
+    with _LOCK:
+        return list(_ENTRIES)
+
+
+def entry(name: str) -> BackendEntry:
+    with _LOCK:
+        found = _ENTRIES.get(name)
+    if found is None:
+        raise InvalidInput(f"unknown backend {name!r}; known backends: {', '.join(names())}")
+    return found
+
+
+def _load(path: str, what: str) -> Any:
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise MissingDependency(f"{what} is not available in this installation ({exc})") from exc
+
+
+def settings_model(name: str) -> type[BackendSettings]:
+    """The settings model of backend ``name`` (cheap: no SDK is imported)."""
+    found = entry(name)
+    model: type[BackendSettings] = _load(found.settings, f"the {name} backend's settings")
+    return model
+
+
+def missing_dependency(name: str) -> str | None:
+    """One line saying what to install when backend ``name`` lacks its optional dependencies."""
+    found = entry(name)
+    missing = found.missing()
+    if not missing:
+        return None
+    extra = f"pip install 'hermes-sandboxes[{found.extra}]'" if found.extra else f"install {', '.join(missing)}"
+    return f"the {name} backend needs {', '.join(missing)}, which is not installed: {extra}"
+
+
+def build(settings: BackendSettings, name: str | None = None) -> Backend:
+    """Backend ``name`` (default: the one ``settings.backend`` names) with those settings."""
+    name = name or str(getattr(settings, "backend", ""))
+    problem = missing_dependency(name)
+    if problem is not None:
+        raise MissingDependency(problem)
+    factory: Callable[[BackendSettings], Backend] = _load(entry(name).factory, f"the {name} backend")
+    return factory(settings)
+
+
+def validate(name: str, raw: Mapping[str, Any] | None, *, where: str) -> BackendSettings:
+    """Backend ``name``'s settings from ``raw`` (InvalidSettings naming the key when invalid)."""
+    from hermes_sandboxes.settings import validate_settings
+
+    return validate_settings(settings_model(name), raw, where=where)

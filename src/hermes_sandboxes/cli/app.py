@@ -17,6 +17,7 @@ import click
 from hermes_sandboxes.cli import checkpoints, sandboxes
 from hermes_sandboxes.cli.output import Ui, error
 from hermes_sandboxes.cli.session import Workspace
+from hermes_sandboxes.config import parse_overrides
 from hermes_sandboxes.errors import SandboxError
 
 EXIT_ERROR = 1
@@ -51,11 +52,20 @@ class CliGroup(click.Group):
 
 @click.group(cls=CliGroup, no_args_is_help=True,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--home", type=click.Path(file_okay=False), envvar="HERMES_SANDBOXES_HOME",
-              help="Where sandboxes live (default $HERMES_SANDBOXES_HOME or /var/lib/hermes-sandboxes).")
+@click.option("--backend", "-b", metavar="NAME", envvar="HERMES_SANDBOXES_BACKEND",
+              help="Where sandboxes live: local (default), sprites or e2b ($HERMES_SANDBOXES_BACKEND; "
+                   "else 'backend' in the config file).")
+@click.option("--config", "config_path", metavar="FILE", envvar="HERMES_SANDBOXES_CONFIG",
+              help="Settings file (TOML; default ~/.config/hermes-sandboxes/config.toml).")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="Override one of the backend's settings (repeatable), e.g. -o network=loopback.")
+@click.option("--home", type=click.Path(file_okay=False),
+              help="Local backend: where sandboxes live (setting 'home'; default $HERMES_SANDBOXES_HOME "
+                   "or /var/lib/hermes-sandboxes).")
 @click.version_option(package_name="hermes-sandboxes")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
+def cli(ctx: click.Context, backend: str | None, config_path: str | None, options: tuple[str, ...],
+        home: str | None) -> None:
     """Sandboxes for an AI agent's shell commands: isolated, persistent or disposable,
     with sub-second checkpoint and restore.
 
@@ -63,16 +73,48 @@ def cli(ctx: click.Context, home: str | None) -> None:
     Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted. exec, run and shell
     exit with the command's code (124: timed out), or 125 when the sandbox itself failed.
     """
-    ctx.obj = Workspace(home)
+    overrides = parse_overrides(options)
+    if home is not None:
+        overrides["home"] = home
+    ctx.obj = Workspace(backend, config_path, overrides)
+    ctx.call_on_close(ctx.obj.close)
 
 
 @cli.command(short_help="Break a sandbox and roll it back, for real.")
 @click.pass_obj
 def demo(workspace: Workspace) -> int:
     """Break a sandbox on purpose and roll it back: the rollback story in one minute."""
-    from hermes_sandboxes.demo import run_demo
+    from hermes_sandboxes.cli.demo import run_demo
 
-    return run_demo(workspace.backend, Ui())
+    return run_demo(workspace.backend, Ui(), workspace.state)
+
+
+@cli.command(name="config", short_help="The effective backend and settings.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def show_config(workspace: Workspace, as_json: bool) -> None:
+    """The chosen backend and its effective settings (flags over the config file over defaults),
+    secrets redacted."""
+    ui = Ui()
+    effective = workspace.effective
+    found = "" if effective.file_found else " (not found: defaults apply)"
+    data = {"backend": effective.backend, "config_file": str(effective.path), "config_file_found":
+            effective.file_found, "state_dir": str(workspace.state.root), "settings": effective.settings.display()}
+    if as_json:
+        ui.json(data)
+        return
+    ui.table(["SETTING", "VALUE"],
+             [["backend", effective.backend], ["config file", f"{effective.path}{found}"],
+              ["state directory", str(workspace.state.root)],
+              *([key, _text(value)] for key, value in effective.settings.display().items() if key != "backend")])
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    return "-" if value is None else str(value)
 
 
 for command in sandboxes.COMMANDS:

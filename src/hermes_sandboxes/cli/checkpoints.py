@@ -38,9 +38,9 @@ from hermes_sandboxes.journal import (
     Record,
     RestoreRecord,
 )
-from hermes_sandboxes.recorder import RestorePreview
+from hermes_sandboxes.recorder import RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.risk.internal import is_hermes_scratch
-from hermes_sandboxes.sandbox import ChangeKind, Checkpoint, FileChange
+from hermes_sandboxes.sandbox import Capability, ChangeKind, FileChange
 
 EXIT_CANCELLED = 1
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -66,7 +66,9 @@ def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str
     ui = Ui()
     session = _session(workspace, name)
     started = time.monotonic()
-    with ui.status(f"checkpointing {name}…"):
+    cheap = Capability.CHEAP_CHECKPOINTS in session.sandbox.backend.capabilities
+    with ui.status(f"checkpointing {name}…" if cheap else f"checkpointing {name} (a full copy of what it changed: "
+                   "this takes longer the more it changed)…"):
         taken = session.checkpoint(comment, health=health)
     session.close()
     ui.result(taken.id)
@@ -89,24 +91,20 @@ def list_checkpoints(workspace: Workspace, name: str, as_json: bool) -> None:
         ui.note(f"{name} has no checkpoints; take one with: hermes-sandboxes checkpoint create {name}")
         return
     rows = [[c.id, age(c.created_at), _trigger(c), one_line(c.comment) or "-", _commands_count(c),
-             human_size(c.size_bytes)] for c in taken]
+             human_size(c.layer_bytes)] for c in taken]
     ui.table(["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE"], rows)
 
 
-def _trigger(c: Checkpoint) -> str:
-    return str(c.extra.get("trigger") or "-")
+def _trigger(c: StoriedCheckpoint) -> str:
+    return c.trigger if c.journaled else "-"
 
 
-def _commands(c: Checkpoint) -> list[Mapping[str, Any]] | None:
-    if not c.extra.get("journaled"):
-        return None
-    commands = c.extra.get("commands")
-    return list(commands) if isinstance(commands, list) else None
+def _commands(c: StoriedCheckpoint) -> list[Mapping[str, Any]] | None:
+    return [r.to_summary() for r in c.commands] if c.journaled else None
 
 
-def _commands_count(c: Checkpoint) -> str:
-    commands = _commands(c)
-    return "-" if commands is None else str(len(commands))
+def _commands_count(c: StoriedCheckpoint) -> str:
+    return str(len(c.commands)) if c.journaled else "-"
 
 
 ALL_HELP = "Also the commands the agent framework sent by itself (Hermes's file helpers, polls, kernel)."
@@ -125,19 +123,17 @@ def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, show_al
     if as_json:
         ui.json(c.to_dict())
         return
-    extra = c.extra
-    health = extra.get("health")
+    health = c.health
     fields = [
         ("id", c.id),
         ("created", f"{clock(c.created_at)} ({age(c.created_at)} ago)"),
         ("comment", c.comment or "-"),
         ("trigger", _trigger(c)),
-        ("trigger command", str(extra.get("trigger_command") or "-")),
-        ("previous", str(extra.get("previous") or "-")),
-        ("size", human_size(c.size_bytes)),
-        ("health", "-" if not isinstance(health, Mapping) else
-         f"{'passed' if health.get('passed') else 'FAILED'}: {health.get('command')} "
-         f"(exit {health.get('exit_code')})"),
+        ("trigger command", c.trigger_command or "-"),
+        ("previous", c.previous or "-"),
+        ("size", human_size(c.layer_bytes)),
+        ("health", "-" if health is None else
+         f"{'passed' if health.passed else 'FAILED'}: {health.command} (exit {health.exit_code})"),
     ]
     ui.table(["FIELD", "VALUE"], [[k, v] for k, v in fields])
     commands = _commands(c)
@@ -255,12 +251,7 @@ def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX
     elif not preview.commands:
         ui.line("  no commands since the checkpoint")
     else:
-        _commands_table(ui, [_exec_dict(r) for r in preview.commands], title="commands since the checkpoint")
-
-
-def _exec_dict(r: ExecRecord) -> dict[str, Any]:
-    return {"ts": r.ts, "command": r.command, "exit_code": r.exit_code, "duration_s": r.duration_s,
-            "timed_out": r.timed_out}
+        _commands_table(ui, [r.to_summary() for r in preview.commands], title="commands since the checkpoint")
 
 
 @checkpoint.command(name="rm")
@@ -290,7 +281,7 @@ def log(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
     ui = Ui()
     validate_name(name)
     records = workspace.audit().records(sandbox=name)
-    if not records and name not in workspace.backend.names():
+    if not records and name not in {i.name for i in workspace.backend.list()}:
         raise SandboxNotFound(f"no sandbox named {name} and no history for it; see `hermes-sandboxes ls`")
     if not show_all:
         records = [r for r in records if not (isinstance(r, ExecRecord) and r.internal)]

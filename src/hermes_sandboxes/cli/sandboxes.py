@@ -1,4 +1,4 @@
-"""Sandbox commands: create, exec, run, shell, ls, rm, stop, doctor."""
+"""Sandbox commands: create, exec, run, shell, fork, ls, rm, stop, doctor."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, BinaryIO, NoReturn
 
 import click
 
-from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes import backends
 from hermes_sandboxes.cli.output import Ui, age, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Session, Workspace
-from hermes_sandboxes.errors import InvalidInput, SandboxError
+from hermes_sandboxes.errors import InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.recorder import RecordedExec
-from hermes_sandboxes.sandbox import NETWORK_MODES, Command, Limits, OutputSink, SandboxSpec
+from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, OutputSink, SandboxSpec
 from hermes_sandboxes.units import parse_size
 
 EXIT_SANDBOX_FAILED = 125  # as `docker run`: the sandbox failed, not the command
@@ -32,16 +33,20 @@ F = Callable[..., Any]
 
 
 def spec_options(func: F) -> F:
-    """The options that describe a new sandbox (create and run)."""
+    """The options that describe a new sandbox (create and run); unset ones come from the settings."""
     options = [
-        click.option("--network", type=click.Choice(NETWORK_MODES), default="none", show_default=True,
-                     help="none: no network; loopback: its own 127.0.0.1; host: the host's network."),
+        click.option("--network", type=click.Choice(NETWORK_MODES), default=None,
+                     help="none: no network (the default); loopback: its own 127.0.0.1; host: the host's "
+                          "network; proxy: only the hosts given with --allow."),
+        click.option("--allow", "allow", multiple=True, metavar="HOST",
+                     help="With --network proxy: a host (*.wildcards, :port, IPs) it may reach (repeatable)."),
         click.option("--memory", metavar="SIZE", help="Memory limit, e.g. 512M or 2G."),
         click.option("--pids", type=click.IntRange(min=1), help="Most processes at once."),
         click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="CPU share, e.g. 1.5."),
-        click.option("--base", metavar="DIR", help="Root filesystem directory to build on (default: the host's /)."),
+        click.option("--base", metavar="DIR", help="Backend setting 'base': root filesystem directory to build on "
+                                                   "(local backend; default the host's /)."),
         click.option("--mask", "masks", multiple=True, metavar="PATH",
-                     help="Another host path to hide inside (repeatable)."),
+                     help="Backend setting 'masks': another host path to hide inside (repeatable)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -60,11 +65,19 @@ def command_options(func: F) -> F:
     return func
 
 
-def build_spec(network: str, memory: str | None, pids: int | None, cpus: float | None,
-               base: str | None, masks: tuple[str, ...]) -> SandboxSpec:
-    memory_bytes = parse_size(memory) if memory is not None else None
-    return SandboxSpec(network=network, limits=Limits(memory_bytes, pids, cpus),  # type: ignore[arg-type]
-                       base=base, masks=tuple(masks))
+def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...], memory: str | None,
+               pids: int | None, cpus: float | None, base: str | None, masks: tuple[str, ...]) -> SandboxSpec:
+    """The settings' spec with the flags laid over it; ``--base``/``--mask`` are backend settings."""
+    workspace.override(base=base, masks=list(masks))
+    default = workspace.effective.settings.spec()
+    limits = default.limits
+    return replace(
+        default,
+        network=network or default.network,  # type: ignore[arg-type]
+        allow=tuple(allow) or default.allow,
+        limits=Limits(parse_size(memory) if memory is not None else limits.memory_bytes,
+                      pids or limits.pids, cpus or limits.cpus, limits.disk_bytes),
+    )
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -93,6 +106,7 @@ class _Passthrough:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._lock = threading.Lock()
+        self._tree_kill = Capability.TREE_KILL in session.sandbox.backend.capabilities
         self.broken = False
 
     def sink(self, stream: Any) -> OutputSink:
@@ -121,8 +135,9 @@ class _Passthrough:
             return EXIT_BROKEN_PIPE
         sys.stdout.flush()
         if outcome.result.timed_out:
-            ui.note(f"timed out after {timeout:g}s: the command and every process it started were killed "
-                    "(exit 124)", style="yellow")
+            what = ("the command and every process it started were killed" if self._tree_kill
+                    else "the command was killed; processes it detached may still run")
+            ui.note(f"timed out after {timeout:g}s: {what} (exit 124)", style="yellow")
         return outcome.result.exit_code
 
 
@@ -196,9 +211,8 @@ def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> 
     """Create the sandbox NAME (prints its name)."""
     ui = Ui()
     validate_name(name)
-    sandbox_spec = build_spec(**spec)
-    first = not (workspace.home / "store.json").exists()  # the local backend's record of its store
-    with ui.status(f"creating sandbox {name}" + (" (first use: formatting the store)…" if first else "…")):
+    sandbox_spec = build_spec(workspace, **spec)
+    with ui.status(f"creating sandbox {name}…"):
         sandbox = workspace.backend.create(name, sandbox_spec, ephemeral=ephemeral)
     session = workspace.session(sandbox)
     session.record_create()
@@ -246,7 +260,7 @@ def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], ti
     ui = Ui()
     with _exit_125_on_error():
         cmd, env = to_command(command), parse_env(env_pairs)
-        sandbox_spec = build_spec(**spec)
+        sandbox_spec = build_spec(workspace, **spec)
         with ui.status("creating an ephemeral sandbox…"):
             sandbox = workspace.backend.create_ephemeral(sandbox_spec, prefix="run")
         session = workspace.session(sandbox, secrets=env)
@@ -270,6 +284,9 @@ def shell(workspace: Workspace, name: str) -> int:
 
     with _exit_125_on_error():
         sandbox = workspace.sandbox(name)
+        if Capability.TERMINAL not in workspace.backend.capabilities:
+            raise Unsupported(f"the {workspace.backend.name} backend has no interactive terminal; "
+                              f"use: hermes-sandboxes exec {name} -- COMMAND")
         session = workspace.session(sandbox)
         label = "(interactive shell)" if interactive() else "(shell script from stdin)"
         started = time.monotonic()
@@ -332,37 +349,75 @@ def stop(workspace: Workspace, name: str) -> None:
     Ui().note(f"stopped {name}")
 
 
-@click.command(short_help="What works on this machine, and why not.")
+@click.command(short_help="A new sandbox from another's checkpoint.")
+@click.argument("source")
+@click.argument("rest", nargs=-1, required=True, metavar="[CHECKPOINT] NEW")
+@click.pass_obj
+def fork(workspace: Workspace, source: str, rest: tuple[str, ...]) -> None:
+    """Create the sandbox NEW with the files of SOURCE's CHECKPOINT (or of SOURCE as it is now);
+    SOURCE is untouched and both run independently. Prints NEW."""
+    if len(rest) > 2:
+        raise click.UsageError("fork takes SOURCE [CHECKPOINT] NEW")
+    checkpoint_id, new = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0])
+    validate_name(new)
+    ui = Ui()
+    sandbox = workspace.sandbox(source)
+    backend = workspace.backend
+    if Capability.FORK not in backend.capabilities:
+        raise Unsupported(f"the {backend.name} backend cannot fork sandboxes; nothing was changed")
+    with ui.status(f"forking {source} into {new}…"):
+        forked = sandbox.fork(new, checkpoint_id)
+    session = workspace.session(forked)
+    session.record_create(forked_from=source if checkpoint_id is None else f"{source}@{checkpoint_id}")
+    session.close()
+    ui.result(new)
+
+
+@click.command(short_help="What works here, per backend, and why not.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def doctor(workspace: Workspace, as_json: bool) -> int:
-    """What works on this machine and why not; exit 1 if sandboxes cannot run here."""
+    """What works on this machine, per backend, and why not; exit 1 if the chosen backend cannot
+    run here."""
     ui = Ui()
-    backend = workspace.backend
+    chosen = workspace.effective.backend
+    rows: list[dict[str, Any]] = []
     with ui.status("checking this machine…"):
-        checks = backend.doctor()
-        problem = _unusable(backend)
+        for name in backends.names():
+            missing = backends.missing_dependency(name)
+            if name != chosen:
+                rows.append({"backend": name, "ok": missing is None, "label": "installed",
+                             "detail": missing or "its dependencies are installed (not the chosen backend)"})
+                continue
+            rows.extend({"backend": name, **check} for check in _chosen_checks(workspace, missing))
+    problem = next((r["detail"] for r in rows if r["backend"] == chosen and not r["ok"]), None)
     if as_json:
-        ui.json({"usable": problem is None, "problem": problem,
-                 "checks": [{"ok": c.ok, "label": c.label, "detail": c.detail} for c in checks]})
+        ui.json({"backend": chosen, "usable": problem is None, "problem": problem, "checks": rows})
     else:
-        ui.table(["", "CHECK", "DETAIL"], [["ok" if c.ok else "FAIL", c.label, c.detail] for c in checks])
+        ui.table(["", "BACKEND", "CHECK", "DETAIL"],
+                 [["ok" if r["ok"] else "FAIL", r["backend"], r["label"], r["detail"]] for r in rows])
         if problem is None:
-            ui.note("local sandboxes work on this machine", style="green")
+            ui.note(f"{chosen} sandboxes work here", style="green")
         else:
-            error(f"local sandboxes cannot run here: {problem}")
+            error(f"{chosen} sandboxes cannot run here: {problem}")
     return 0 if problem is None else 1
 
 
-def _unusable(backend: LocalBackend) -> str | None:
-    reason = LocalBackend.unavailable_reason()
-    if reason is not None:
-        return reason
+def _chosen_checks(workspace: Workspace, missing: str | None) -> list[dict[str, Any]]:
+    if missing is not None:
+        return [{"ok": False, "label": "installed", "detail": missing}]
     try:
-        backend.store  # noqa: B018 - the property formats or opens the store: that is the test
-    except Exception as exc:  # whatever formatting the store raised, doctor reports it
-        return f"the sandbox store is unusable: {exc}"
-    return None
+        backend = workspace.backend
+    except SandboxError as exc:
+        return [{"ok": False, "label": "settings", "detail": str(exc)}]
+    reason = backend.unavailable_reason()
+    checks = [{"ok": reason is None, "label": "usable", "detail": reason or "can run here"}]
+    if reason is None:
+        try:
+            checks += [{"ok": c.ok, "label": c.label, "detail": c.detail} for c in backend.doctor()]
+        except Exception as exc:  # whatever the backend's own checks raised, doctor reports it
+            checks.append({"ok": False, "label": "backend", "detail": f"{type(exc).__name__}: {exc}"})
+    return checks
 
 
-COMMANDS = (create, exec_, run, shell, ls, rm, stop, doctor)
+COMMANDS = (create, exec_, run, shell, fork, ls, rm, stop, doctor)

@@ -1,8 +1,10 @@
 """The CLI's one place that knows how sandboxes are reached and recorded.
 
-``Workspace`` holds the backend for the ``--home`` the user chose. ``Session`` is one sandbox as the
-CLI uses it: always through ``RecordedSandbox``, so every command, checkpoint, restore and deletion
-goes to the sandbox's journal and to the audit log, and checkpoints tell their story.
+``Workspace`` holds the backend the user chose (``--backend``, the config file, ``-o`` overrides),
+built through the registry: the CLI speaks only the contract and never names a backend.
+``Session`` is one sandbox as the CLI uses it: always through ``RecordedSandbox`` (built by the host
+state's one factory), so every command, checkpoint, restore and deletion goes to the sandbox's
+journal and to the audit log, and checkpoints tell their story.
 """
 
 from __future__ import annotations
@@ -12,14 +14,13 @@ import re
 import signal
 import threading
 from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes import backends, config
 from hermes_sandboxes.errors import InvalidInput, Unsupported
 from hermes_sandboxes.identity import validate_name
-from hermes_sandboxes.journal import Journal, audit_path, journal_path
-from hermes_sandboxes.recorder import RecordedExec, RecordedSandbox, RestorePreview
+from hermes_sandboxes.journal import Journal
+from hermes_sandboxes.recorder import RecordedExec, RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.risk import CheckpointPolicy
 from hermes_sandboxes.sandbox import (
     Backend,
@@ -33,6 +34,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
 )
 from hermes_sandboxes.secrets import Redactor
+from hermes_sandboxes.state import HostState
 
 CliPolicy = Literal["auto", "always", "off"]
 CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
@@ -42,50 +44,66 @@ _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CRED|AUTH", re.IGNORECASE)
 
 
 class Workspace:
-    """The backend for one invocation, built on first use so ``--help`` never touches the store."""
+    """The backend for one invocation, built on first use so ``--help`` never touches a store."""
 
-    def __init__(self, home: str | None) -> None:
-        self._home = home
-        self._backend: LocalBackend | None = None
+    def __init__(self, backend: str | None = None, config_path: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> None:
+        self._backend_name = backend
+        self._config_path = config_path
+        self._overrides: dict[str, Any] = dict(overrides or {})
+        self._effective: config.Effective | None = None
+        self._backend: Backend | None = None
+        self.state = HostState(durable=False)
+
+    def override(self, **settings: Any) -> None:
+        """Command options that are backend settings (``--base``, ``--mask``); before first use."""
+        if self._effective is not None:
+            raise RuntimeError("settings were already read")
+        self._overrides.update({k: v for k, v in settings.items() if v not in (None, (), [])})
 
     @property
-    def backend(self) -> LocalBackend:
+    def effective(self) -> config.Effective:
+        if self._effective is None:
+            self._effective = config.load(self._backend_name, self._config_path, self._overrides)
+        return self._effective
+
+    @property
+    def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = LocalBackend(self._home)
+            self._backend = backends.build(self.effective.settings, self.effective.backend)
         return self._backend
 
-    @property
-    def home(self) -> Path:
-        return self.backend.home
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
 
-    def sandbox(self, name: str) -> LocalSandbox:
+    def sandbox(self, name: str) -> Sandbox:
         """An existing sandbox; InvalidInput or SandboxNotFound (one-line messages) otherwise."""
         return self.backend.get(validate_name(name))
 
     def session(self, sandbox: Sandbox, *, policy: CliPolicy = "off",
                 secrets: Mapping[str, str] | None = None) -> Session:
-        return Session(sandbox, self.home, policy=policy, secrets=secrets)
+        return Session(sandbox, self.state, policy=policy, secrets=secrets)
 
     def audit(self) -> Journal:
-        return Journal(audit_path(self.home), durable=False)
+        return self.state.audit(self.backend)
 
     def journal(self, name: str) -> Journal:
-        return Journal(journal_path(self.home, name), durable=False)
+        return self.state.journal(self.backend, name)
 
 
 class Session:
     """One sandbox through the recorder. ``recorded`` is there for what needs no wrapper here."""
 
-    def __init__(self, sandbox: Sandbox, home: Path, *, policy: CliPolicy = "off",
+    def __init__(self, sandbox: Sandbox, state: HostState, *, policy: CliPolicy = "off",
                  secrets: Mapping[str, str] | None = None) -> None:
         if policy not in CLI_POLICIES:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
-        self.home = home
         self.sandbox = sandbox
         self._commands = _CommandGuard(sandbox)
         kept = _secret_values(secrets or {})
-        self.recorded = RecordedSandbox.at_home(self._commands, home, redact=Redactor(kept).redact if kept else None,
-                                                policy=_RECORDER_POLICY[policy])
+        self.recorded = state.recorded(self._commands, redact=Redactor(kept).redact if kept else None,
+                                       policy=_RECORDER_POLICY[policy])
 
     @property
     def name(self) -> str:
@@ -94,8 +112,8 @@ class Session:
     def close(self) -> None:
         self.recorded.journal.close()
 
-    def record_create(self) -> None:
-        self.recorded.record_create()
+    def record_create(self, *, forked_from: str | None = None) -> None:
+        self.recorded.record_create(forked_from=forked_from)
 
     def exec(self, command: Command, *, policy: CliPolicy | None = None, cwd: str | None = None,
              env: Mapping[str, str] | None = None, timeout: float | None = None,
@@ -112,7 +130,7 @@ class Session:
         """Kill the command running now, with all it started; callable from its own output sink."""
         self._commands.kill_current()
 
-    def checkpoint(self, comment: str = "", *, health: str | None = None) -> Checkpoint:
+    def checkpoint(self, comment: str = "", *, health: str | None = None) -> StoriedCheckpoint:
         """A manual checkpoint; with ``health``, that command runs first and its result is part of
         the checkpoint's story."""
         if health is None:
@@ -120,8 +138,8 @@ class Session:
         self.recorded.health_command = health
         return self.recorded.checkpoint(comment, trigger="manual", health=True)
 
-    def checkpoints(self) -> list[Checkpoint]:
-        """Oldest first, with the story in ``extra``."""
+    def checkpoints(self) -> list[StoriedCheckpoint]:
+        """Oldest first, with their story."""
         return self.recorded.checkpoints()
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
@@ -225,6 +243,13 @@ class _CommandGuard(Sandbox):
 
     def info(self) -> SandboxInfo:
         return self._inner.info()
+
+    def stop(self) -> None:
+        self._inner.stop()
+
+    @property
+    def home(self) -> str:  # type: ignore[override]
+        return self._inner.home
 
     def read_file(self, path: str) -> bytes:
         return self._inner.read_file(path)

@@ -10,10 +10,11 @@ Why a pty of our own rather than passing our terminal in: a descriptor of the us
 the sandbox could inject keystrokes into the host shell (TIOCSTI) once the sandbox shell exits. The
 pty we allocate only ever feeds the sandbox.
 
-When the shell exits, what it left running in the background (``sleep 600 &``, ``nohup``) is killed
-with it, unlike after ``exec``: an interactive session's jobs are its own.
+When the shell exits, what it left running in the background stays, as after closing a real
+terminal: the pty hangs up, so jobs that still hold it get SIGHUP, while ``nohup``, ``setsid`` and
+disowned jobs survive.
 
-Limitations: local backend only; the window size follows the host terminal (SIGWINCH), but
+Limitations: backends with ``Capability.TERMINAL`` only; the window size follows the host terminal (SIGWINCH), but
 ``tty`` inside names a /dev/pts entry of the host that does not exist inside; when stdin is not a
 terminal there is no pty: bash reads a script from stdin (no prompt, no job control).
 """
@@ -34,7 +35,7 @@ import tty
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.sandbox import Sandbox
 
 # bash as the leader of its own session with the pty as controlling terminal (job control); plain
 # bash -i where util-linux's setsid is missing; sh where there is no bash (a minimal --base).
@@ -81,12 +82,12 @@ class _Ends:
                 os.close(fd)
 
 
-def run_shell(sandbox: LocalSandbox) -> int:
+def run_shell(sandbox: Sandbox) -> int:
     """Run the shell until it exits; returns its exit code."""
     ends = _Ends.open(interactive())
     env = {"TERM": os.environ.get("TERM", "xterm-256color")} if ends.terminal else None
     try:
-        proc = sandbox.attach(INTERACTIVE if ends.terminal else SCRIPTED, ends.theirs, cwd="/root", env=env)
+        proc = sandbox.attach(INTERACTIVE if ends.terminal else SCRIPTED, ends.theirs, cwd=sandbox.home, env=env)
     except BaseException:
         ends.close_ours(fed=False)
         raise
@@ -100,9 +101,8 @@ def run_shell(sandbox: LocalSandbox) -> int:
                 try:
                     code = proc.wait()
                 finally:
-                    # the shell and what it left in the background, before the last of the output is
-                    # drained: a job still writing would not let it end
-                    proc.kill_group()
+                    proc.kill()  # only if wait() failed: what the shell started in the background lives
+                    # on, as after closing a real terminal (nohup, setsid and disowned jobs survive)
         assert code is not None  # wait() without a timeout
         return code
     finally:

@@ -1,8 +1,10 @@
 """``hermes sandbox ...``: the user's view of this profile's sandboxes from inside Hermes.
 
-``list`` shows the sandboxes under this install's ``name_prefix``; ``checkpoints``, ``diff`` and
-``restore`` act on one of them, by default the profile's default sandbox (the one the CLI and cron
-use). A name outside the prefix is refused, like everywhere else in the plugin.
+It acts on the active terminal backend when that is one of ours (else on the first of our providers
+this Hermes loaded). ``list`` shows the sandboxes under the install's ``name_prefix``;
+``checkpoints``, ``diff`` and ``restore`` act on one of them, by default the profile's default sandbox
+(the one the CLI and cron use). A name outside the prefix is refused, like everywhere else in the
+plugin.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import SandboxError
-from hermes_sandboxes.journal import Journal, audit_path, journal_path
 from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.secrets import Redactor
 
 from . import naming
+from .providers import active, registered
 
 if TYPE_CHECKING:
-    from .provider import LocalSandboxProvider
+    from .provider import SandboxProvider
 
 
 def _setup(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +36,7 @@ def _setup(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--sandbox", help="sandbox name (default: this profile's default sandbox)")
 
 
-def _recorded(provider: LocalSandboxProvider, name: str | None) -> RecordedSandbox:
+def _recorded(provider: SandboxProvider, name: str | None) -> RecordedSandbox:
     settings = provider.settings()
     backend = provider.backend(settings)
     prefix = settings.name_prefix
@@ -41,20 +44,26 @@ def _recorded(provider: LocalSandboxProvider, name: str | None) -> RecordedSandb
         key = naming.task_key_for_scope("default", settings.scope)
         name = naming.persistent_name(prefix, naming.resolve_profile(), key)
     sandbox = backend.get(naming.require_within_prefix(prefix, name))
-    home = getattr(backend, "home", settings.store_home())
-    return RecordedSandbox(sandbox, Journal(journal_path(home, name)), Journal(audit_path(home)))
+    return provider.recorded(sandbox, settings, Redactor())
 
 
-def run(provider: LocalSandboxProvider, args: argparse.Namespace) -> int:
+def _provider() -> SandboxProvider:
+    chosen = active() or next(iter(registered().values()), None)
+    if chosen is None:
+        raise SandboxError("no hermes-sandboxes backend is loaded; enable one in plugins.enabled")
+    return chosen
+
+
+def run(args: argparse.Namespace) -> int:
     try:
-        print(json.dumps(_dispatch(provider, args), indent=2, default=str))
+        print(json.dumps(_dispatch(_provider(), args), indent=2, default=str))
         return 0
     except SandboxError as exc:
         print(f"hermes sandbox: {exc}")
         return 1
 
 
-def _dispatch(provider: LocalSandboxProvider, args: argparse.Namespace) -> Any:
+def _dispatch(provider: SandboxProvider, args: argparse.Namespace) -> Any:
     command = args.sandbox_command
     if command == "list":
         settings = provider.settings()
@@ -70,9 +79,9 @@ def _dispatch(provider: LocalSandboxProvider, args: argparse.Namespace) -> Any:
             "discarded_commands": None if discarded is None else len(discarded)}
 
 
-def register_cli(ctx: Any, provider: LocalSandboxProvider) -> None:
+def register_cli(ctx: Any) -> None:
     ctx.register_cli_command(
-        name="sandbox", help="local sandboxes: list, checkpoints, diff, restore",
-        setup_fn=_setup, handler_fn=lambda args: run(provider, args),
+        name="sandbox", help="hermes-sandboxes sandboxes: list, checkpoints, diff, restore",
+        setup_fn=_setup, handler_fn=run,
         description="Inspect and roll back this profile's hermes-sandboxes sandboxes.",
     )

@@ -1,10 +1,11 @@
 """The Hermes ``BaseEnvironment`` over any backend's ``Sandbox``: where Hermes's commands actually run.
 
 Hermes keeps the shell semantics (login snapshot, cwd markers, its deadline and interrupt); we supply
-``_run_bash``, which starts ``bash -c <Hermes's wrapper>`` in the sandbox and returns a streaming
-handle whose ``kill()`` kills the command's process tree there. Around each command we add what
-Hermes does not know about: the per-command credentials, redaction, the automatic checkpoint before a
-risky command, file sync that refuses to run against stale state, and the audit origin.
+``_run_bash``, which starts ``bash -c <Hermes's wrapper>`` in the sandbox through the recorder's one
+recorded path (per-command credentials, the automatic checkpoint before a risky command, the journal)
+and returns a streaming handle whose ``kill()`` kills the command's process tree there. Around it we
+add redaction, file sync that refuses to run against stale state, and the audit origin. Shell
+invocations Hermes makes outside ``execute()`` (its session snapshot) are journaled as internal.
 
 Hermes calls ``cleanup()`` after every turn unless ``_persistent`` is true, and also from its idle
 reaper and at exit. Here ``_persistent`` mirrors ``terminal.container_persistent``: a persistent
@@ -17,37 +18,34 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.environments.base import (  # type: ignore[import-untyped]
-    BaseEnvironment,
-    EnvironmentConnectionError,
-)
+from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
-from hermes_sandboxes.errors import SandboxError, SandboxNotFound
-from hermes_sandboxes.recorder import RecordedSandbox
-from hermes_sandboxes.sandbox import Process, Sandbox
-from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
-from hermes_sandboxes.sync import SandboxFileSync, SyncFailed
+from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
+from hermes_sandboxes.recorder import RecordedProcess, RecordedSandbox, StoriedCheckpoint
+from hermes_sandboxes.risk import RiskVerdict
+from hermes_sandboxes.sandbox import Capability, Process, Sandbox
+from hermes_sandboxes.secrets import CredentialPlan, Redactor
 
 from .handle import StreamingHandle
+from .sync import SandboxFileSync, SyncFailed
 
 logger = logging.getLogger(__name__)
 
-SANDBOX_HOME = "/root"  # the local backend masks the host's /root and gives commands HOME=/root
-HERMES_DIR = f"{SANDBOX_HOME}/.hermes"
 
-
-@dataclass(frozen=True)
+@dataclass
 class _Call:
-    """What one ``execute()`` call hands to the ``_run_bash`` calls it makes (on another thread)."""
+    """What one ``execute()`` call hands to the ``_run_bash`` call it makes (on another thread),
+    and what that call reports back (the automatic checkpoint, the credentials)."""
 
     command: str
-    plan: CredentialPlan
     origin: Mapping[str, str] = field(default_factory=dict)
+    checkpoint: StoriedCheckpoint | None = None
+    verdict: RiskVerdict | None = None
+    plan: CredentialPlan = field(default_factory=CredentialPlan)
 
 
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("hermes_sandboxes_call", default=None)
@@ -59,8 +57,7 @@ class EnvironmentOptions:
 
     task_key: str
     persistent: bool
-    credentials: Mapping[str, str]
-    lookup: SecretLookup
+    credentials: Mapping[str, str]  # program -> secret name (the recorder injects them)
     sync_lock: threading.Lock
     redactor: Redactor  # also the journals' redactor: a value injected here never reaches their disk
     reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
@@ -81,7 +78,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self._redactor = options.redactor  # every value ever injected: a copy in a file stays hidden too
         self._closed = False
         self._close_lock = threading.Lock()
-        self._sync = SandboxFileSync(lambda: self.sandbox, HERMES_DIR, options.sync_lock)
+        self._sync = SandboxFileSync(lambda: self.sandbox, f"{recorded.inner.home}/.hermes", options.sync_lock)
         try:
             self._sync.push(force=True)
         except SyncFailed as exc:
@@ -104,32 +101,31 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
     def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
         if self._closed:
             raise EnvironmentConnectionError(f"the environment of sandbox {self.sandbox_name} was cleaned up")
-        plan = plan_credentials(command, self.options.credentials, self.options.lookup)
-        for name, value in plan.env.items():
-            self._redactor.add(name, value)
-        try:
-            checkpoint_note = self._auto_checkpoint(command)
-        except SandboxError as exc:  # fail closed: no checkpoint, no risky command
-            return {"output": f"[sandbox: the automatic checkpoint before this command failed ({exc}); "
-                              "the command was not run]", "returncode": 1}
-        call = _Call(command=command, plan=plan, origin=self._origin(plan))
+        call = _Call(command=command, origin=self._origin())
         token = _CALL.set(call)
-        started = time.monotonic()
         try:
             result: dict[str, Any] = super().execute(command, cwd, **kwargs)
+        except CheckpointFailed as exc:  # fail closed: no checkpoint, no risky command
+            return {"output": f"[sandbox: {exc}]", "returncode": 1}
         finally:
             _CALL.reset(token)
-        self._journal(call, result, time.monotonic() - started)
         output = self._redactor.redact(str(result.get("output") or ""))
-        extra = "\n".join(n for n in (checkpoint_note, plan.note()) if n)
+        extra = "\n".join(n for n in (self._checkpoint_note(call), call.plan.note(), self._timeout_note(result)) if n)
         result["output"] = f"{output.rstrip()}\n{extra}".lstrip("\n") if extra else output
         return result
 
-    def _auto_checkpoint(self, command: str) -> str:
-        """Checkpoint first when the policy says this command is risky; the note tells the model,
-        and retention keeps the checkpoint it names (and says so when it dropped an older one)."""
-        cp, verdict = self.recorded.checkpoint_if_risky(command)
-        if cp is None:
+    def _timeout_note(self, result: Mapping[str, Any]) -> str:
+        """After a deadline, what may still run: nothing where the backend kills whole trees."""
+        if not result.get("hermes_timed_out") or Capability.TREE_KILL in self.sandbox.backend.capabilities:
+            return ""
+        return ("[sandbox: the command was killed at its deadline; processes it started in the background "
+                "may still be running (this backend cannot kill a whole process tree)]")
+
+    def _checkpoint_note(self, call: _Call) -> str:
+        """What the model is told about the automatic checkpoint taken before its command; retention
+        keeps the checkpoint it names (and the note says so when it dropped an older one)."""
+        cp, verdict = call.checkpoint, call.verdict
+        if cp is None or verdict is None:
             return ""
         self.recorded.promise(cp.id)
         why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
@@ -140,22 +136,11 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
                      "retention and can no longer be restored]")
         return note
 
-    def _journal(self, call: _Call, result: Mapping[str, Any], duration: float) -> None:
-        code = result.get("returncode")
-        try:
-            self.recorded.record_exec(call.command, int(code) if isinstance(code, int) else None,
-                                      round(duration, 6), timed_out=bool(result.get("hermes_timed_out")),
-                                      origin=call.origin)
-        except Exception:  # the command already ran; losing its record must not lose its result
-            logger.error("sandbox %s: could not journal a command", self.sandbox_name, exc_info=True)
-
-    def _origin(self, plan: CredentialPlan) -> dict[str, str]:
+    def _origin(self) -> dict[str, str]:
         origin = {"task": self.options.task_key, "via": "hermes"}
         session = _session_key()
         if session:
             origin["session"] = session
-        if plan.used:
-            origin["credentials"] = ",".join(plan.used)  # names only, never values
         return origin
 
     def _before_execute(self) -> None:
@@ -175,19 +160,28 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None,
     ) -> StreamingHandle:
         call = _CALL.get()
-        env = dict(call.plan.env) if call is not None else {}
         argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
         stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
 
         def start(sink: Callable[[bytes], None]) -> Process:
-            return self._start(argv, env=env, stdin=stdin, sink=sink, call=call)
+            proc = self._start(argv, stdin=stdin, sink=sink, call=call)
+            if call is not None:
+                call.checkpoint, call.verdict, call.plan = proc.auto_checkpoint, proc.verdict, proc.credentials
+            return proc
 
         return StreamingHandle(start, self._redactor if self._redactor else None)
 
-    def _start(self, argv: list[str], *, env: dict[str, str], stdin: bytes | None,
-               sink: Callable[[bytes], None], call: _Call | None) -> Process:
+    def _start(self, argv: list[str], *, stdin: bytes | None, sink: Callable[[bytes], None],
+               call: _Call | None) -> RecordedProcess:
+        def launch() -> RecordedProcess:
+            if call is None:  # Hermes's own shell work (its session snapshot), not the agent's command
+                return self.recorded.start(argv, internal=True, record_as=argv[-1], stdin=stdin,
+                                           on_stdout=sink, on_stderr=sink)
+            return self.recorded.start(argv, record_as=call.command, origin=call.origin, stdin=stdin,
+                                       on_stdout=sink, on_stderr=sink)
+
         try:
-            return self.sandbox.start(argv, env=env, stdin=stdin, on_stdout=sink, on_stderr=sink)
+            return launch()
         except SandboxNotFound:
             if self.options.reopen is None:
                 raise
@@ -198,7 +192,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self._sync.reset()
         self._sync.push(force=True)
         self._mark_recreated()
-        return self.sandbox.start(argv, env=env, stdin=stdin, on_stdout=sink, on_stderr=sink)
+        return launch()
 
     def _kill_process(self, proc: Any) -> None:
         proc.kill()
@@ -229,7 +223,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
 
 def _session_key() -> str:
     try:
-        from gateway.session_context import get_session_env  # type: ignore[import-untyped]
+        from gateway.session_context import get_session_env
     except ImportError:
         return ""
     return str(get_session_env("HERMES_SESSION_KEY", "") or "")

@@ -1,34 +1,57 @@
-"""Entry point ``hermes_agent.plugins: sandbox = hermes_sandboxes.hermes.plugin:register``.
+"""Entry points ``hermes_agent.plugins``: one ``register`` per provider (``sandbox`` today; the cloud
+backends add theirs the same way).
 
 ``register`` must be fast (Hermes gives it 10 s) and must not crash Hermes: it only builds the
-provider and registers it with the agent tools and the ``hermes sandbox`` command. Nothing touches
-the store until the first command. If Hermes lacks an optional registration method (older builds),
-that part is skipped with one log line.
+provider and registers it, plus the agent tools and the ``hermes sandbox`` command, which are shared
+by all our providers and registered once per process. Nothing touches a store or the network until
+the first command. If Hermes lacks an optional registration method (older builds), that part is
+skipped with one log line.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
+_shared_lock = threading.Lock()
+_shared_done: weakref.WeakSet[Any] = weakref.WeakSet()  # the plugin managers the shared parts went to
 
-def register(ctx: Any) -> None:
+
+def register_provider(ctx: Any, provider_class: str) -> None:
+    """Register the provider ``provider_class`` ("module:Class" under this package) with ``ctx``."""
     try:
-        from .provider import LocalSandboxProvider
-    except ImportError as exc:
-        logger.warning("hermes-sandboxes: the sandbox backend is unavailable (%s)", exc)
-        return
-    provider = LocalSandboxProvider()
-    ctx.register_terminal_environment_provider(provider)
+        from importlib import import_module
 
+        module, _, name = provider_class.partition(":")
+        provider = getattr(import_module(module, __package__), name)()
+    except ImportError as exc:
+        logger.warning("hermes-sandboxes: the %s backend is unavailable (%s)", provider_class, exc)
+        return
+    ctx.register_terminal_environment_provider(provider)
+    from .providers import remember
+
+    remember(provider)
+    with _shared_lock:
+        manager = getattr(ctx, "_manager", ctx)
+        first = manager not in _shared_done
+        _shared_done.add(manager)
+    if not first:
+        return
     from .tools import register_tools
 
     register_tools(ctx)
     if hasattr(ctx, "register_cli_command"):
         from .cli import register_cli
 
-        register_cli(ctx, provider)
+        register_cli(ctx)
     else:
         logger.info("hermes-sandboxes: this Hermes has no plugin CLI commands; `hermes sandbox` is skipped")
+
+
+def register(ctx: Any) -> None:
+    """``sandbox``: the local sandbox backend."""
+    register_provider(ctx, ".local:LocalProvider")

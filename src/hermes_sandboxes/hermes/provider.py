@@ -1,22 +1,24 @@
-"""The Hermes terminal-backend provider for the local sandbox (``terminal.backend: sandbox``).
+"""What every one of our Hermes terminal-backend providers shares; a backend's plugin only declares.
+
+A provider subclass names its plugin id (the ``terminal.backend`` value and the
+``plugins.entries.<id>.settings`` key), the registry backend it drives, its texts and flags. All the
+rest is here: settings (validated; a bad value is an error naming the key), availability, probe,
+doctor rows, setup text, and ``create_environment``, which picks the task's sandbox by a
+deterministic, profile-scoped name and wraps it in the recorder.
 
 Flags, each chosen on purpose (Hermes reads them through ``provider_flag``):
 
-* ``is_remote = True``: commands do not run in the host's filesystem view (``/root``, ``/home`` and
-  HERMES_HOME are masked, writes land in a copy-on-write layer), so Hermes must not describe the
-  host's home and cwd to the model as where commands run.
+* ``is_remote = True``: commands do not run in the host's filesystem view, so Hermes must not
+  describe the host's home and cwd to the model as where commands run.
 * ``is_container = True``: the sandbox has its own root, so Hermes's file tools resolve paths inside
   it (through our environment) and host-looking cwds are replaced by the sandbox's.
-* ``skip_container_guards = False``: the sandbox shares the host kernel and reads the host's root
-  (outside the masks), and with ``network: host`` reaches host services; that is not disposable
-  enough to waive Hermes's dangerous-command approval. Checkpoints make damage undoable, they do not
-  make it impossible.
-* ``cache_path_base = "/root/.hermes"``: where file sync puts ``~/.hermes`` (caches included).
+* ``skip_container_guards = False``: Hermes's dangerous-command approval stays on. Checkpoints make
+  damage undoable, they do not make it impossible (and the local sandbox shares the host kernel).
+* ``cache_path_base``: where file sync puts ``~/.hermes`` (the sandbox's home + ``/.hermes``).
 * ``strip_env_keys``: the cloud backends' tokens plus every secret named in ``credentials``, so no
   host subprocess Hermes starts can read them; only the one command that needs a secret gets it.
 * ``session_isolated_when_nonpersistent = True``: with ``container_persistent: false`` each session
-  gets its own run-unique sandbox (delegate children follow their parent), never a shared one that
-  two runs could destroy under each other.
+  gets its own run-unique sandbox, never a shared one that two runs could destroy under each other.
 """
 
 from __future__ import annotations
@@ -24,34 +26,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from agent.terminal_env_provider import TerminalEnvironmentProvider  # type: ignore[import-untyped]
-from tools.environments.base import EnvironmentConnectionError  # type: ignore[import-untyped]
+from agent.terminal_env_provider import TerminalEnvironmentProvider
+from tools.environments.base import EnvironmentConnectionError
 
-from hermes_sandboxes.errors import BackendUnavailable, SandboxNotFound
-from hermes_sandboxes.journal import Journal, audit_path, journal_path
+from hermes_sandboxes import backends
+from hermes_sandboxes.errors import BackendUnavailable, SandboxError
 from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
-from hermes_sandboxes.secrets import CLOUD_SECRET_KEYS, Redactor, hermes_profile_secret
-from hermes_sandboxes.settings import InvalidSettings, LocalSettings
+from hermes_sandboxes.secrets import CLOUD_SECRET_KEYS, Redactor
+from hermes_sandboxes.settings import BackendSettings, InvalidSettings
 
 from . import naming
 from .config import load_settings, settings_path
-from .environment import HERMES_DIR, EnvironmentOptions, SandboxEnvironment
+from .environment import EnvironmentOptions, SandboxEnvironment
 from .runtime import RUNTIME
+from .secrets import hermes_profile_secret
 
 logger = logging.getLogger(__name__)
-
-PLUGIN_ID = "sandbox"
 
 
 def terminal_persistent() -> bool:
     """``terminal.container_persistent`` as Hermes resolved it for this profile (default true)."""
     try:
-        from tools.terminal_scope import terminal_env  # type: ignore[import-untyped]
+        from tools.terminal_scope import terminal_env
 
         raw = str(terminal_env("TERMINAL_CONTAINER_PERSISTENT", "true"))
     except Exception:
@@ -59,26 +58,46 @@ def terminal_persistent() -> bool:
     return raw.strip().lower() not in ("false", "0", "no", "off")
 
 
-class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
+def as_hermes_error(exc: SandboxError) -> Exception:
+    """The one place our errors meet Hermes's: what may work if tried again (a lost connection, a
+    rate limit, a backend that cannot run now) becomes Hermes's connection error, which it retries
+    and reports as a degraded backend; everything else stays as it is."""
+    if exc.retryable or isinstance(exc, BackendUnavailable):
+        converted: Exception = EnvironmentConnectionError(str(exc))
+        return converted
+    return exc
+
+
+class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
+    """The shared provider. Subclasses set the class attributes below."""
+
+    plugin_id: ClassVar[str]  # the terminal.backend value and the plugins.entries key
+    backend_name: ClassVar[str]  # the registry name of the backend it drives
+    label: ClassVar[str]  # e.g. "Local sandbox"
+    summary: ClassVar[str]
+    environment_text: ClassVar[str]
+    setup_text: ClassVar[tuple[str, ...]] = ()
+    home_dir: ClassVar[str] = "/root"  # the sandbox's home; ~/.hermes is synced below it
+
     is_remote = True
     is_container = True
     session_isolated_when_nonpersistent = True
 
     @property
     def name(self) -> str:
-        return PLUGIN_ID
+        return self.plugin_id
 
     @property
     def display_name(self) -> str:
-        return "Local sandbox"
+        return self.label
 
     @property
     def description(self) -> str:
-        return "Run commands in a local copy-on-write sandbox with checkpoint and restore."
+        return self.summary
 
     @property
     def env_description(self) -> str:
-        return "a local Linux sandbox (copy-on-write view of this machine, with checkpoints)"
+        return self.environment_text
 
     @property
     def skip_container_guards(self) -> bool:
@@ -86,7 +105,7 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
 
     @property
     def cache_path_base(self) -> str:
-        return HERMES_DIR
+        return f"{self.home_dir}/.hermes"
 
     @property
     def strip_env_keys(self) -> frozenset[str]:
@@ -96,16 +115,20 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         return frozenset(keys)
 
     # --- settings and availability ------------------------------------------------------------
-    def settings(self) -> LocalSettings:
-        return load_settings(LocalSettings, PLUGIN_ID)
+    def settings(self) -> BackendSettings:
+        return load_settings(backends.settings_model(self.backend_name), self.plugin_id)
 
     def unavailable_reason(self) -> str | None:
-        """Why this machine cannot run local sandboxes, cheaply (no store access), or None."""
-        if not sys.platform.startswith("linux"):
-            return f"needs Linux (this is {sys.platform})"
-        from hermes_sandboxes.backends.local import LocalBackend
-
-        return LocalBackend.unavailable_reason()
+        """Why this machine cannot run this backend, cheaply (no network, no store), or None."""
+        missing = backends.missing_dependency(self.backend_name)
+        if missing is not None:
+            return missing
+        try:
+            return self.backend(self.settings(), check=False).unavailable_reason()
+        except InvalidSettings:
+            return None  # reported as invalid settings, not as an unusable machine
+        except SandboxError as exc:
+            return str(exc)
 
     def is_available(self) -> bool:
         return self.unavailable_reason() is None
@@ -113,14 +136,14 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
     def check_requirements(self, config: dict[str, Any]) -> bool:
         reason = self.unavailable_reason()
         if reason is not None:
-            logger.error("terminal backend 'sandbox' cannot run here: %s", reason)
+            logger.error("terminal backend %r cannot run here: %s", self.plugin_id, reason)
             return False
         try:
             self.settings()
         except InvalidSettings as exc:
             # Keep the terminal tool visible: its first command then fails with this exact reason,
             # which the model and the user see, instead of the tool silently disappearing.
-            logger.error("terminal backend 'sandbox' refuses to start: %s", exc)
+            logger.error("terminal backend %r refuses to start: %s", self.plugin_id, exc)
         return True
 
     def probe(self) -> tuple[str, str]:
@@ -136,16 +159,10 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
             return ("unavailable", f"{type(exc).__name__}: {exc}")
 
     def setup_instructions(self) -> list[str]:
-        where = settings_path(PLUGIN_ID)
-        return [
-            "The local sandbox needs Linux, root and btrfs-progs; sandboxes live under "
-            "$HERMES_SANDBOXES_HOME (default /var/lib/hermes-sandboxes).",
-            "Make sure config.yaml lists the plugin: plugins.enabled: [sandbox].",
-            f"Optional settings go under {where}: name_prefix, scope (session|instance), "
-            "network (none|loopback|host), memory (e.g. 2G), pids, cpus, base, masks, "
-            "auto_checkpoint (off|risky|always), retention, credentials (program: SECRET_NAME).",
-            "Commands have no network by default; set network: host to allow package installs.",
-        ]
+        return [*self.setup_text,
+                f"Make sure config.yaml lists the plugin: plugins.enabled: [{self.plugin_id}].",
+                f"Settings go under {settings_path(self.plugin_id)}; `hermes status --full` shows whether "
+                "they are valid."]
 
     def doctor_checks(self) -> list[tuple[bool, str, str]]:
         from .doctor import doctor_rows
@@ -153,11 +170,23 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         return doctor_rows(self)
 
     # --- environments ---------------------------------------------------------------------------
-    def backend(self, settings: LocalSettings) -> Backend:
-        reason = self.unavailable_reason()
-        if reason is not None:
-            raise BackendUnavailable(f"the local sandbox backend cannot run here: {reason}")
-        return RUNTIME.local_backend(settings.store_home())
+    def backend(self, settings: BackendSettings, *, check: bool = True) -> Backend:
+        """The process-wide backend for these settings; with ``check``, BackendUnavailable when it
+        cannot run here."""
+        backend = RUNTIME.backend(settings)
+        if check:
+            reason = backend.unavailable_reason()
+            if reason is not None:
+                raise BackendUnavailable(f"the {self.backend_name} sandbox backend cannot run here: {reason}")
+        return backend
+
+    def recorded(self, sandbox: Sandbox, settings: BackendSettings, redactor: Redactor) -> RecordedSandbox:
+        """The task's sandbox with its journal, the automatic checkpoints and the credentials."""
+        return RUNTIME.state.recorded(
+            sandbox, redact=redactor.redact, policy=settings.auto_checkpoint, retention=settings.retention,
+            min_age=settings.retention_min_age,
+            protected_paths=settings.protected_paths, health_command=settings.health_command,
+            credentials=settings.credentials, lookup=hermes_profile_secret, redactor=redactor)
 
     def create_environment(
         self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
@@ -169,52 +198,44 @@ class LocalSandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         persistent = bool(cc.get("container_persistent", terminal_persistent()))
         try:
             backend = self.backend(settings)
-        except BackendUnavailable as exc:
-            raise EnvironmentConnectionError(str(exc)) from exc
+        except SandboxError as exc:
+            raise as_hermes_error(exc) from exc
         task_key = str(task_id or "default")
         redactor = Redactor()
-        home = Path(getattr(backend, "home", settings.store_home()))
-        audit = Journal(audit_path(home), redact=redactor.redact)
+        prefix, spec = settings.name_prefix, settings.spec()
 
-        def record(sandbox: Sandbox, created: bool) -> RecordedSandbox:
-            recorded = RecordedSandbox(
-                sandbox, Journal(journal_path(home, sandbox.name), redact=redactor.redact), audit,
-                policy=settings.auto_checkpoint, retention=settings.retention,
-                min_age=settings.retention_min_age,
-                protected_paths=settings.protected_paths, health_command=settings.health_command,
-            )
-            if created:
+        def record(sandbox: Sandbox) -> RecordedSandbox:
+            recorded = self.recorded(sandbox, settings, redactor)
+            if sandbox.created:
                 recorded.record_create()
             return recorded
 
-        prefix, spec = settings.name_prefix, settings.spec()
         reopen = None
-        if persistent:
-            key = naming.task_key_for_scope(task_key, settings.scope)
-            name = naming.require_within_prefix(prefix, naming.persistent_name(prefix, profile, key))
-            recorded = record(*_open(backend, name, spec))
+        try:
+            if persistent:
+                key = naming.task_key_for_scope(task_key, settings.scope)
+                name = naming.require_within_prefix(prefix, naming.persistent_name(prefix, profile, key))
+                recorded = record(_resume(backend, name, spec))
 
-            def reopen() -> RecordedSandbox:
-                return record(*_open(backend, name, spec))
-        else:
-            name = naming.require_within_prefix(prefix, naming.ephemeral_name(prefix, profile, task_key))
-            recorded = record(backend.create(name, spec, ephemeral=True), True)
+                def reopen() -> RecordedSandbox:
+                    return record(_resume(backend, name, spec))
+            else:
+                name = naming.require_within_prefix(prefix, naming.ephemeral_name(prefix, profile, task_key))
+                recorded = record(backend.create(name, spec, ephemeral=True))
+        except SandboxError as exc:
+            raise as_hermes_error(exc) from exc
         options = EnvironmentOptions(
             task_key=task_key, persistent=persistent, credentials=dict(settings.credentials),
-            lookup=hermes_profile_secret, sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor,
-            reopen=reopen,
+            sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor, reopen=reopen,
         )
         try:
-            return SandboxEnvironment(recorded, cwd=cwd or "/root", timeout=timeout, options=options)
+            return SandboxEnvironment(recorded, cwd=cwd or recorded.inner.home, timeout=timeout, options=options)
         except BaseException:
             if not persistent:
                 recorded.destroy()
             raise
 
 
-def _open(backend: Backend, name: str, spec: SandboxSpec) -> tuple[Sandbox, bool]:
-    """Resume ``name`` or create it; the flag says whether it was created (a new story begins)."""
-    try:
-        return backend.get(name), False
-    except SandboxNotFound:
-        return backend.open(name, spec), True
+def _resume(backend: Backend, name: str, spec: SandboxSpec) -> Sandbox:
+    """Resume ``name`` or create it (``Sandbox.created`` says which: a new story begins)."""
+    return backend.open(name, spec)

@@ -1,45 +1,52 @@
-"""Process-wide state of the plugin: one backend per store, one sync lock per sandbox.
+"""Process-wide state of the plugins: one backend per settings, one sync lock per sandbox, the host
+state directory.
 
 Hermes creates one environment object per task key and may create several for the same sandbox (the
 ``instance`` scope, or a delegate child after its parent's environment was reaped). They share the
-backend object and serialise file sync on the sandbox through the lock kept here.
+backend object (and its connections) and serialise file sync on the sandbox through the lock here.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
+from hermes_sandboxes import backends
 from hermes_sandboxes.sandbox import Backend
+from hermes_sandboxes.settings import BackendSettings
+from hermes_sandboxes.state import HostState
 
 
 class Runtime:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._backends: dict[Path, Backend] = {}
+        self._backends: dict[str, Backend] = {}
         self._sync_locks: dict[str, threading.Lock] = {}
 
-    def local_backend(self, home: Path) -> Backend:
-        """The local backend on the store at ``home`` (imported lazily: it needs Linux and root)."""
-        key = home.absolute()
+    @property
+    def state(self) -> HostState:
+        """Where journals go: read from the environment each time (HERMES_SANDBOXES_STATE)."""
+        return HostState()
+
+    def backend(self, settings: BackendSettings) -> Backend:
+        """The backend those settings describe, built once per process (its module, with its SDK,
+        is imported only now)."""
+        key = settings.model_dump_json()
         with self._lock:
             backend = self._backends.get(key)
             if backend is None:
-                from hermes_sandboxes.backends.local import LocalBackend
-
-                backend = LocalBackend(home)
+                backend = backends.build(settings)
                 self._backends[key] = backend
             return backend
 
     def sync_lock(self, backend: Backend, name: str) -> threading.Lock:
-        key = f"{backend.name}/{id(backend)}/{name}"
+        key = f"{backend.key}/{name}"
         with self._lock:
             return self._sync_locks.setdefault(key, threading.Lock())
 
-    def forget(self, home: Path) -> None:
-        """Drop the cached backend on ``home`` (tests that tear a store down)."""
+    def forget(self) -> None:
+        """Drop the cached backends (tests that tear a store down, or switch state directories)."""
         with self._lock:
-            self._backends.pop(home.absolute(), None)
+            self._backends.clear()
 
 
 RUNTIME = Runtime()

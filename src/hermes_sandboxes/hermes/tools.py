@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hermes_sandboxes.errors import SandboxError
-from hermes_sandboxes.sandbox import Checkpoint
+from hermes_sandboxes.recorder import StoriedCheckpoint
+from hermes_sandboxes.sandbox import Capability
 
 from .environment import SandboxEnvironment
+from .providers import active
 
 logger = logging.getLogger(__name__)
 
@@ -33,29 +35,28 @@ def _error(message: str) -> str:
     return json.dumps({"error": message}, ensure_ascii=False)
 
 
+MAX_STORY_COMMANDS = 10
+
+
 def _environment(task_id: str | None) -> SandboxEnvironment:
-    from tools.terminal_tool import ensure_task_env  # type: ignore[import-untyped]
+    from tools.terminal_tool import ensure_task_env
 
     env = ensure_task_env(task_id or "default")
     if not isinstance(env, SandboxEnvironment):
-        raise LookupError("the terminal backend is not the sandbox backend (terminal.backend: sandbox)")
+        raise LookupError("the terminal backend is not one of the hermes-sandboxes backends "
+                          "(terminal.backend: sandbox, sprites or e2b)")
     return env
 
 
-def _checkpoint_view(cp: Checkpoint) -> dict[str, Any]:
-    """A checkpoint and its story: why it was taken and the commands run since the one before."""
-    extra = dict(cp.extra)
-    view: dict[str, Any] = {"id": cp.id, "created_at": round(cp.created_at, 3), "comment": cp.comment,
-                            "trigger": extra.get("trigger")}
-    if extra.get("trigger_command"):
-        view["taken_before"] = extra["trigger_command"]
-    commands = extra.get("commands") or []
-    view["commands_before_it"] = [
-        {"command": c.get("command"), "exit_code": c.get("exit_code")} for c in commands[-10:]]
-    if len(commands) > 10:
-        view["earlier_commands_omitted"] = len(commands) - 10
-    if extra.get("health"):
-        view["health"] = extra["health"]
+def _checkpoint_view(cp: StoriedCheckpoint) -> dict[str, Any]:
+    """A checkpoint and its story in the documented flat schema (``StoriedCheckpoint.to_dict``),
+    with only the last few commands: the model needs the recent ones, not a long log."""
+    view = cp.to_dict()
+    view["created_at"] = round(cp.created_at, 3)
+    commands = view["commands"]
+    view["commands"] = [{"command": c["command"], "exit_code": c["exit_code"]} for c in commands[-MAX_STORY_COMMANDS:]]
+    if len(commands) > MAX_STORY_COMMANDS:
+        view["earlier_commands_omitted"] = len(commands) - MAX_STORY_COMMANDS
     return view
 
 
@@ -81,11 +82,16 @@ def checkpoint_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
     )
 
 
+def _retention_warning(env: SandboxEnvironment) -> dict[str, str]:
+    note = env.recorded.retention_note
+    return {"retention": note} if note else {}
+
+
 def checkpoints_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
     items = [_checkpoint_view(cp) for cp in env.recorded.checkpoints()]
     message = (f"{len(items)} checkpoint(s), oldest first." if items
                else "No checkpoints yet; call sandbox_checkpoint to save one.")
-    return _result(sandbox=env.sandbox_name, checkpoints=items, message=message)
+    return _result(sandbox=env.sandbox_name, checkpoints=items, message=message, **_retention_warning(env))
 
 
 def restore_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
@@ -107,6 +113,10 @@ def diff_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
     checkpoint_id = str(args.get("id") or "").strip()
     if not checkpoint_id:
         return _error("give the id of a checkpoint (see sandbox_checkpoints)")
+    backend = env.sandbox.backend
+    if Capability.DIFF not in backend.capabilities:
+        return _error(f"the {backend.name} backend cannot diff checkpoints; sandbox_checkpoints shows the "
+                      "commands run since each checkpoint instead")
     preview = env.recorded.restore_preview(checkpoint_id)
     if preview.changes is None:
         return _error(f"no diff for checkpoint {checkpoint_id}: {preview.diff_unavailable}")
@@ -146,12 +156,8 @@ TOOLS: tuple[tuple[str, str, dict[str, Any], Callable[[SandboxEnvironment, dict[
 
 
 def _available() -> bool:
-    try:
-        from tools.terminal_scope import terminal_env  # type: ignore[import-untyped]
-
-        return str(terminal_env("TERMINAL_ENV", "local")).strip().lower() == "sandbox"
-    except Exception:
-        return False
+    """The tools appear only when one of our providers is the active terminal backend."""
+    return active() is not None
 
 
 def register_tools(ctx: Any) -> None:

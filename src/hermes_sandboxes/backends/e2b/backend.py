@@ -54,8 +54,7 @@ class E2BBackend(Backend):
     """Sandboxes in one E2B account (``E2B_API_KEY``), as seen by one profile."""
 
     name = "e2b"
-    capabilities = frozenset({Capability.CHECKPOINTS, Capability.BACKGROUND_PROCESSES,
-                              Capability.PERSISTENCE, Capability.NETWORK_POLICY})
+    capabilities = frozenset({Capability.CHECKPOINTS, Capability.DELETE_CHECKPOINTS, Capability.FORK})
 
     def __init__(self, settings: E2BSettings | None = None, *, api_key: str | None = None,
                  profile: str | None = None, api_url: str | None = None, sandbox_url: str | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import hashlib
 import logging
 import os
 import shutil
@@ -16,7 +17,7 @@ from hermes_sandboxes.backends.local.sandbox import LocalSandbox
 from hermes_sandboxes.backends.local.store import BtrfsStore, CopyStore, Store
 from hermes_sandboxes.egress import policy
 from hermes_sandboxes.egress.broker import BrokeredCredential
-from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound
+from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.sandbox import (
     NETWORK_MODES,
@@ -42,6 +43,13 @@ def default_limits() -> Limits:
 
 
 class LocalBackend(Backend):
+    """Sandboxes on this machine, in the store at ``home``.
+
+    ``base`` (a root filesystem directory; None: the host's ``/``) and ``masks`` (host paths to hide,
+    on top of the built-in list) are this backend's own settings, not part of the portable spec: a
+    new sandbox records the base it was built on, and keeps the masks it was created with on top of
+    whatever ``masks`` the backend has when it starts."""
+
     name = "local"
 
     def __init__(
@@ -51,7 +59,8 @@ class LocalBackend(Backend):
         store: StoreKind = "auto",
         image_size: str = "64G",
         limits: Limits | None = None,
-        extra_masks: Sequence[str] = (),
+        base: str | None = None,
+        masks: Sequence[str] = (),
         credentials: Sequence[BrokeredCredential] = (),
         upstream_ca: str | None = None,
     ) -> None:
@@ -62,27 +71,23 @@ class LocalBackend(Backend):
             raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
         self.home = paths.resolve_home(home)
         self.layout = paths.Layout(self.home)
+        self.base = _validate_base(base)
         self.credentials = tuple(credentials)
-        self.extra_masks = tuple(extra_masks) + tuple(c.file for c in self.credentials if c.file)
+        # the brokered credentials' source files are hidden in every sandbox
+        self.masks = _validate_masks(masks) + tuple(c.file for c in self.credentials if c.file)
         self.upstream_ca = upstream_ca
         self._store_kind = store
         self._image_size = image_size
         self._limits = limits or default_limits()
         self._store: Store | None = None
 
+    @property
+    def key(self) -> str:
+        return "local-" + hashlib.sha256(str(self.home).encode()).hexdigest()[:12]
+
     # environment -------------------------------------------------------------------------------
-    @staticmethod
-    def unavailable_reason() -> str | None:
-        """Why this machine cannot run local sandboxes, or None when it can."""
-        if os.geteuid() != 0:
-            return ("the local sandbox needs root (to create namespaces, overlay mounts and cgroups); "
-                    "run as root. Nothing was run on the host.")
-        if not Path("/proc/self/ns/pid").exists():
-            return "this kernel has no pid namespaces"
-        _, missing = cgroups.probe()
-        if any("freezer" in m for m in missing):
-            return "; ".join(missing)
-        return None
+    def unavailable_reason(self) -> str | None:
+        return machine_unavailable_reason()
 
     def _require_usable(self) -> None:
         reason = self.unavailable_reason()
@@ -120,8 +125,8 @@ class LocalBackend(Backend):
 
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
-        caps = {Capability.CHECKPOINTS, Capability.DIFF, Capability.BACKGROUND_PROCESSES,
-                Capability.NETWORK_POLICY, Capability.LIMITS, Capability.PERSISTENCE, Capability.TREE_KILL}
+        caps = {Capability.CHECKPOINTS, Capability.DIFF, Capability.LIMITS, Capability.TREE_KILL,
+                Capability.DELETE_CHECKPOINTS, Capability.FORK, Capability.TERMINAL, Capability.EGRESS_ALLOWLIST}
         if self._store is None or self._store.cheap:
             caps.add(Capability.CHEAP_CHECKPOINTS)
         return frozenset(caps)
@@ -134,15 +139,14 @@ class LocalBackend(Backend):
         )
 
     # sandboxes ---------------------------------------------------------------------------------
-    def _validate_spec(self, spec: SandboxSpec) -> None:
+    def check_spec(self, spec: SandboxSpec) -> None:
         if spec.network not in NETWORK_MODES:
             raise InvalidInput(f"network must be one of {', '.join(NETWORK_MODES)}, got {spec.network!r}")
+        super().check_spec(spec)
         policy.validate(spec.allow)
-        if spec.allow and spec.network != "proxy":
-            raise InvalidInput("an allow-list only applies with network 'proxy' (the other modes "
-                               f"reach nothing or everything); got network {spec.network!r}")
         limits = spec.limits
-        for label, value in (("memory", limits.memory_bytes), ("pids", limits.pids), ("cpus", limits.cpus)):
+        for label, value in (("memory", limits.memory_bytes), ("pids", limits.pids), ("cpus", limits.cpus),
+                             ("disk", limits.disk_bytes)):
             if value is not None and value <= 0:
                 raise InvalidInput(f"{label} limit must be positive, got {value}")
         if limits.memory_bytes is not None and limits.memory_bytes < 16 << 20:
@@ -150,29 +154,46 @@ class LocalBackend(Backend):
         if limits.disk_bytes is not None and limits.disk_bytes < 1 << 20:
             raise InvalidInput(f"disk limit must be at least 1 MiB, got {limits.disk_bytes}")
         self.store.check_disk_limit(limits.disk_bytes)  # Unsupported where it cannot be enforced
-        if spec.base is not None:
-            base = Path(spec.base)
-            if not base.is_absolute() or not (base / "bin").exists():
-                raise InvalidInput(f"base {spec.base!r} must be an absolute path to a root filesystem "
-                                   "(a directory with bin/, usr/, etc/)")
-        for mask in spec.masks:
-            if not mask.startswith("/"):
-                raise InvalidInput(f"mask {mask!r} must be an absolute path")
+        if spec.image is not None:
+            raise Unsupported("the local backend builds on a root filesystem directory, not an image: "
+                              "set the local backend's 'base' setting instead")
+        if spec.idle_timeout is not None:
+            raise Unsupported("the local backend does not pause idle sandboxes (an idle one costs ~5 MB)")
+
+    def _new_meta(self, name: str, spec: SandboxSpec, *, ephemeral: bool, **more: object) -> dict[str, object]:
+        return {"name": name, "ephemeral": ephemeral, "created_at": time.time(), "spec": spec.to_dict(),
+                "backend": self.name, "local": {"base": self.base, "masks": list(self.masks)}, **more}
 
     def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> LocalSandbox:
         validate_name(name)
         spec = spec or SandboxSpec()
-        self._validate_spec(spec)
+        self.check_spec(spec)
         store = self.store
         with paths.locked(self.layout.lock_file(name), f"sandbox {name}"):
             if self.layout.meta_file(name).exists():
                 raise SandboxExists(f"sandbox {name} already exists; use it, or remove it first")
             store.create_layer(name)
-            meta = {"name": name, "ephemeral": ephemeral, "created_at": time.time(), "spec": spec.to_dict(),
-                    "backend": self.name}
+            meta = self._new_meta(name, spec, ephemeral=ephemeral)
             sandbox = LocalSandbox(self, name, meta)
             sandbox.apply_masks()
             paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
+        sandbox.created = True
+        return sandbox
+
+    def fork_from(self, source: LocalSandbox, checkpoint_id: str | None, name: str) -> LocalSandbox:
+        """The new sandbox ``name`` on ``source``'s checkpoint (or its live layer, frozen meanwhile);
+        called by ``LocalSandbox.fork`` with the source's lock held."""
+        validate_name(name)
+        store = self.store
+        with paths.locked(self.layout.lock_file(name), f"sandbox {name}"):
+            if self.layout.meta_file(name).exists():
+                raise SandboxExists(f"sandbox {name} already exists; choose another name for the fork")
+            store.fork(source.name, checkpoint_id, name)
+            meta = {**self._new_meta(name, source.spec, ephemeral=False),
+                    "local": source.local_meta, "forked_from": {"sandbox": source.name, "checkpoint": checkpoint_id}}
+            paths.write_json(self.layout.meta_file(name), meta)
+        sandbox = LocalSandbox(self, name, meta)
+        sandbox.created = True
         return sandbox
 
     def open(self, name: str, spec: SandboxSpec | None = None) -> LocalSandbox:
@@ -221,6 +242,36 @@ class LocalBackend(Backend):
         from hermes_sandboxes.backends.local.doctor import run_checks
 
         return run_checks(self)
+
+
+def machine_unavailable_reason() -> str | None:
+    """Why this machine cannot run local sandboxes, or None when it can (cheap: no store access)."""
+    if os.geteuid() != 0:
+        return ("the local sandbox needs root (to create namespaces, overlay mounts and cgroups); "
+                "run as root. Nothing was run on the host.")
+    if not Path("/proc/self/ns/pid").exists():
+        return "this kernel has no pid namespaces"
+    _, missing = cgroups.probe()
+    if any("freezer" in m for m in missing):
+        return "; ".join(missing)
+    return None
+
+
+def _validate_base(base: str | None) -> str | None:
+    if base is None:
+        return None
+    path = Path(base)
+    if not path.is_absolute() or not (path / "bin").exists():
+        raise InvalidInput(f"base {base!r} must be an absolute path to a root filesystem "
+                           "(a directory with bin/, usr/, etc/)")
+    return str(path)
+
+
+def _validate_masks(masks: Sequence[str]) -> tuple[str, ...]:
+    for mask in masks:
+        if not isinstance(mask, str) or not mask.startswith("/"):
+            raise InvalidInput(f"mask {mask!r} must be an absolute path")
+    return tuple(masks)
 
 
 def _btrfs_possible() -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from hermes_sandboxes.backends.local import cgroups, protocol
 from hermes_sandboxes.errors import ExecFailed
+from hermes_sandboxes.pump import SinkGuard
 from hermes_sandboxes.sandbox import OutputSink, Process
 
 _CHUNK = 65536
@@ -70,7 +71,7 @@ class LocalProcess(Process):
         self._sandbox = sandbox
         self._returncode: int | None = None
         self._error: ExecFailed | None = None
-        self._sink_error: Exception | None = None  # what an output sink raised, for wait() to raise
+        self._guard = SinkGuard(on_stdout, on_stderr, self.kill)  # a failing sink stops the command
         self._started = threading.Event()
         self._done = threading.Event()
         self._pump_lock = threading.Lock()
@@ -84,7 +85,7 @@ class LocalProcess(Process):
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1)
-            theirs, ours = [in_r, out_w, err_w], {out_r: on_stdout, err_r: on_stderr}
+            theirs, ours = [in_r, out_w, err_w], {out_r: 0, err_r: 1}
         try:
             self._sock = connect(socket_path)
             protocol.send(self._sock, {**request, "op": "exec", "id": self.exec_id}, theirs)
@@ -97,7 +98,7 @@ class LocalProcess(Process):
             if attach is None:
                 for fd in theirs:
                     os.close(fd)
-        self._sinks: dict[int, OutputSink | None] = ours
+        self._sinks: dict[int, int] = ours  # our read end -> stream number (0 stdout, 1 stderr)
         self._sel = selectors.DefaultSelector()
         for fd in self._sinks:
             os.set_blocking(fd, False)
@@ -121,15 +122,7 @@ class LocalProcess(Process):
             return False
         if not chunk:
             return False
-        sink = self._sinks[fd]
-        if sink is not None:
-            try:
-                sink(chunk)
-            except Exception as exc:  # a broken sink stops the command; wait() raises its error
-                self._sinks[fd] = None
-                if self._sink_error is None:
-                    self._sink_error = exc
-                    self.kill()
+        self._guard.deliver(self._sinks[fd], chunk)
         return True
 
     def _pump(self, deadline: float | None = None) -> None:
@@ -194,8 +187,8 @@ class LocalProcess(Process):
                 return None
         if self._error is not None:
             raise self._error
-        if self._sink_error is not None:
-            raise self._sink_error
+        if self._guard.error is not None:
+            raise self._guard.error
         return self._returncode
 
     def kill(self) -> None:

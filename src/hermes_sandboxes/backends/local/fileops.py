@@ -53,6 +53,7 @@ def _read(path: str) -> None:
 
 def _write(path: str, mode: int) -> None:
     parent = os.path.dirname(path) or "/"
+    os.makedirs(parent, 0o755, exist_ok=True)  # the contract: a write creates missing parents
     tmp = os.path.join(parent, f".hs-write-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:

@@ -34,7 +34,6 @@ from hermes_sandboxes.errors import (
     SandboxFileNotFound,
     SandboxNotFound,
 )
-from hermes_sandboxes.journal import audit_path
 from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
@@ -46,6 +45,7 @@ from hermes_sandboxes.sandbox import (
     SandboxSpec,
     SandboxState,
 )
+from hermes_sandboxes.state import HostState
 
 if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend
@@ -68,6 +68,9 @@ class LocalSandbox(Sandbox):
         self.name = name
         self.ephemeral = bool(meta.get("ephemeral", False))
         self.spec = SandboxSpec.from_dict(meta.get("spec") or {})
+        # what the backend's settings were at creation: older sandboxes kept base and masks in the spec
+        local = meta.get("local") or meta.get("spec") or {}
+        self.local_meta: dict[str, Any] = {"base": local.get("base"), "masks": list(local.get("masks") or ())}
         self.created_at = float(meta.get("created_at", 0.0))
         layout = backend.layout
         self._meta_file = layout.meta_file(name)
@@ -146,7 +149,7 @@ class LocalSandbox(Sandbox):
         layer = store.layer(self.name)
         if not layer.is_dir():
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
-        lower = self.spec.base or "/"
+        lower = self.base or "/"
         self.apply_masks()  # again: masks added to the settings since creation take effect now
         store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
         groups = self._groups()
@@ -183,7 +186,7 @@ class LocalSandbox(Sandbox):
         backend = self._backend
         return egress.start_proxy(
             sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
-            audit=audit_path(backend.home), ca_dir=backend.home / "egress-ca", lower=self.spec.base or "/",
+            audit=HostState().audit_path(backend.key), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
             credentials=backend.credentials, upstream_ca=backend.upstream_ca)
 
     def _restart_proxy(self) -> dict[str, Any]:
@@ -214,14 +217,20 @@ class LocalSandbox(Sandbox):
             if self._run.is_dir():
                 egress.EgressFiles(self._run).write_policy(entries)
 
+    @property
+    def base(self) -> str | None:
+        """The root filesystem directory this sandbox was built on (None: the host's ``/``)."""
+        base = self.local_meta.get("base")
+        return str(base) if base else None
+
     def apply_masks(self) -> None:
         """Hide host secrets in the writable layer (idempotent). Done at creation, so that a
         checkpoint taken before the first command already has them and diffs never show them."""
         if masks.register_store(self._backend.home):  # other stores' sandboxes hide this one from now on
             hiding.hide_store_from_running_sandboxes(self._backend.home)
-        extra = list(self.spec.masks) + list(self._backend.extra_masks)
-        mask_list = masks.mask_paths(self._backend.home, extra) if self.spec.base is None else extra
-        masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.spec.base or "/"), mask_list)
+        extra = [*self.local_meta["masks"], *(m for m in self._backend.masks if m not in self.local_meta["masks"])]
+        mask_list = masks.mask_paths(self._backend.home, extra) if self.base is None else extra
+        masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.base or "/"), mask_list)
 
     def _groups(self) -> cgroups.SandboxCgroups:
         if self._cgroups is None:
@@ -457,7 +466,7 @@ class LocalSandbox(Sandbox):
 
     def _diff(self, old: Path, new: Path) -> list[FileChange]:
         hint = self._backend.store.change_hint(self.name, old, new)
-        return treediff.diff_layers(old / "upper", new / "upper", Path(self.spec.base or "/"), hint)
+        return treediff.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint)
 
     def changed_since(self, checkpoint_id: str) -> bool | None:
         """Whether the sandbox's files may have changed since the checkpoint: False only when they
@@ -468,6 +477,19 @@ class LocalSandbox(Sandbox):
         store.ensure()
         self._require_checkpoint(checkpoint_id)
         return store.changed_since(self.name, checkpoint_id)
+
+    def fork(self, new_name: str, checkpoint_id: str | None = None) -> LocalSandbox:
+        with self._locked():
+            self._check_exists()
+            store = self._backend.store
+            store.ensure()
+            if checkpoint_id is not None:
+                self._require_checkpoint(checkpoint_id)
+                return self._backend.fork_from(self, checkpoint_id, new_name)
+            if self._runtime() is None:
+                return self._backend.fork_from(self, None, new_name)
+            with self._groups().frozen():  # a consistent copy of the live layer
+                return self._backend.fork_from(self, None, new_name)
 
     def destroy(self) -> None:
         with self._locked():
@@ -494,7 +516,6 @@ def _checkpoint_from(record: Mapping[str, Any]) -> Checkpoint:
         created_at=float(record.get("created_at", 0.0)),
         comment=str(record.get("comment", "")),
         size_bytes=record.get("size_bytes"),
-        extra={"store": record.get("store")} if record.get("store") else {},
     )
 
 

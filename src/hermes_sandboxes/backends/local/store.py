@@ -181,6 +181,24 @@ class Store(ABC):
     def discard(self, volume: Path) -> None:
         self._remove_volume(volume)
 
+    def fork(self, source: str, checkpoint_id: str | None, target: str) -> None:
+        """Make ``target``'s layer a writable copy of ``source``'s checkpoint (or of its live layer:
+        the caller freezes the source then). A snapshot on btrfs, so it costs what a checkpoint
+        costs; the target gets no checkpoints."""
+        self.remove_sandbox(target)
+        base = self.sandbox_dir(target)
+        base.mkdir(parents=True)
+        self.checkpoints_dir(target).mkdir()
+        staged = base / ".tmp-layer"
+        origin = self.layer(source) if checkpoint_id is None else self.checkpoint_path(source, checkpoint_id)
+        self._copy_volume(origin, staged, readonly=False)
+        work = staged / "work"
+        if work.exists():  # the overlay's scratch area must start empty
+            self._clear(work)
+        else:
+            work.mkdir(mode=0o700)
+        staged.rename(self.layer(target))
+
     def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
         path = self.checkpoint_path(name, checkpoint_id)
         with contextlib.suppress(FileNotFoundError):

@@ -70,7 +70,7 @@ def denied_names() -> tuple[str, ...]:
 
 def _pyseccomp() -> Any:
     try:
-        import pyseccomp  # type: ignore[import-untyped]  # a ctypes binding without type information
+        import pyseccomp  # a ctypes binding without type information (see mypy overrides)
     except (ImportError, RuntimeError) as exc:  # RuntimeError: the binding found no libseccomp
         raise BackendUnavailable(
             f"the local sandbox needs libseccomp and its Python binding ({exc}); install Debian's libseccomp2 "

@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli.checkpoints import show_preview
 from hermes_sandboxes.cli.output import Ui, error, one_line
 from hermes_sandboxes.cli.session import Session
 from hermes_sandboxes.errors import SandboxError
-from hermes_sandboxes.sandbox import ChangeKind, ExecResult
+from hermes_sandboxes.sandbox import Backend, ChangeKind, ExecResult
+from hermes_sandboxes.state import HostState
 
 APP = "/root/app"
 MIGRATIONS = {
@@ -39,8 +39,10 @@ class DemoFailed(Exception):
 
 
 class Demo:
-    def __init__(self, backend: LocalBackend, ui: Ui, *, break_command: str = BREAK) -> None:
+    def __init__(self, backend: Backend, ui: Ui, *, break_command: str = BREAK,
+                 state: HostState | None = None) -> None:
         self.backend = backend
+        self.state = state or HostState(durable=False)
         self.ui = ui
         self.break_command = break_command  # another command makes a demo that must fail (tests)
         self.session: Session | None = None
@@ -77,9 +79,9 @@ class Demo:
         return 0
 
     def _preflight(self) -> None:
-        reason = LocalBackend.unavailable_reason()
+        reason = self.backend.unavailable_reason()
         if reason:
-            raise DemoFailed(f"local sandboxes cannot run here: {reason}")
+            raise DemoFailed(f"{self.backend.name} sandboxes cannot run here: {reason}")
         missing = [tool for tool in HOST_TOOLS if not os.access(tool, os.X_OK)]
         if missing:
             raise DemoFailed(f"the demo deletes and restores {', '.join(missing)} inside the sandbox, "
@@ -91,7 +93,7 @@ class Demo:
                       "whatever happens inside lands in that layer only.")
         with self._timed("create", "creating the sandbox (the first one also prepares the store)…"):
             sandbox = self.backend.create_ephemeral(prefix="demo")
-        self.session = Session(sandbox, self.backend.home)
+        self.session = Session(sandbox, self.state)
         self.session.record_create()
         self.ui.line(f"  sandbox {sandbox.name} (ephemeral: destroyed at the end, whatever happens)")
 
@@ -227,6 +229,6 @@ class Demo:
         self.ui.table(["STEP", "TIME"], rows, title="Timings")
 
 
-def run_demo(backend: LocalBackend, ui: Ui) -> int:
+def run_demo(backend: Backend, ui: Ui, state: HostState | None = None) -> int:
     """Play the demo; 0 when every step behaved as told."""
-    return Demo(backend, ui).run()
+    return Demo(backend, ui, state=state).run()

@@ -1,0 +1,51 @@
+"""Settings of the local backend: the portable spec keys plus where the store lives and what the
+sandboxes are built on. Used by the CLI's config file (``[local]``) and by the Hermes plugin
+``sandbox`` (``plugins.entries.sandbox.settings``). Imports nothing of the backend itself."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import field_validator
+
+from hermes_sandboxes.settings import SpecSettings, _absolute_paths, _require_text
+
+DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
+STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
+
+
+class LocalSettings(SpecSettings):
+    """``home``: the store directory (else $HERMES_SANDBOXES_HOME, else /var/lib/hermes-sandboxes);
+    ``base``: a root filesystem directory new sandboxes are built on (default the host's /);
+    ``masks``: more host paths to hide inside."""
+
+    backend: Literal["local"] = "local"
+    base: str | None = None
+    masks: tuple[str, ...] = ()
+    home: str | None = None
+
+    @field_validator("base", "home", mode="before")
+    @classmethod
+    def _directory(cls, value: object) -> str:
+        text = _require_text(value, "an absolute directory path")
+        if not text.startswith("/"):
+            raise ValueError(f"{text!r} is not an absolute path")
+        return text
+
+    @field_validator("cpus", mode="after")
+    @classmethod
+    def _host_cores(cls, value: float | None) -> float | None:
+        cores = os.cpu_count() or 1
+        if value is not None and value > cores:
+            raise ValueError(f"got {value:g}; this machine has {cores} cores, so at most {cores} can be given")
+        return value
+
+    @field_validator("masks", mode="before")
+    @classmethod
+    def _masks(cls, value: object) -> tuple[str, ...]:
+        return _absolute_paths(value)
+
+    def store_home(self) -> Path:
+        return Path(self.home or os.environ.get(STORE_HOME_ENV) or DEFAULT_STORE_HOME)

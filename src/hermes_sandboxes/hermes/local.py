@@ -1,0 +1,21 @@
+"""The Hermes plugin ``sandbox``: the local sandbox backend (``terminal.backend: sandbox``)."""
+
+from __future__ import annotations
+
+from .provider import SandboxProvider
+
+
+class LocalProvider(SandboxProvider):
+    plugin_id = "sandbox"
+    backend_name = "local"
+    label = "Local sandbox"
+    summary = "Run commands in a local copy-on-write sandbox with checkpoint and restore."
+    environment_text = "a local Linux sandbox (copy-on-write view of this machine, with checkpoints)"
+    setup_text = (
+        "The local sandbox needs Linux, root and btrfs-progs; sandboxes live under $HERMES_SANDBOXES_HOME "
+        "(default /var/lib/hermes-sandboxes).",
+        "Optional settings: name_prefix, scope (session|instance), network (none|loopback|host|proxy), allow, "
+        "memory (e.g. 2G), pids, cpus, base, masks, home, auto_checkpoint (off|risky|always), retention, "
+        "protected_paths, health_command, credentials (program: SECRET_NAME).",
+        "Commands have no network by default; set network: host to allow package installs.",
+    )

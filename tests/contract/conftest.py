@@ -1,0 +1,54 @@
+"""The contract suite's backends: every backend of the project, and degraded variants of them.
+
+Each test that asks for ``backend`` runs once per entry of ``TARGETS``. A cloud backend's issue adds
+its own entry (its backend over the loopback fake of its service), so the same tests prove it keeps
+the same contract.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import pytest
+
+_REPO = str(Path(__file__).resolve().parents[2])
+if _REPO not in sys.path:  # the helpers are imported as tests.contract.*, however pytest was started
+    sys.path.insert(0, _REPO)
+
+from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
+from hermes_sandboxes.identity import unique_name  # noqa: E402
+from hermes_sandboxes.sandbox import Backend, Sandbox  # noqa: E402
+from tests.contract import degraded  # noqa: E402
+
+Target = Callable[[LocalBackend], AbstractContextManager[Backend]]
+
+
+@contextmanager
+def _local(local: LocalBackend) -> Iterator[Backend]:
+    yield local
+
+
+@contextmanager
+def _local_degraded(local: LocalBackend) -> Iterator[Backend]:
+    yield degraded.DegradedBackend(local)
+
+
+TARGETS: dict[str, Target] = {"local": _local, "local-degraded": _local_degraded}
+
+
+@pytest.fixture(params=list(TARGETS))
+def backend(request: pytest.FixtureRequest, local_backend: LocalBackend) -> Iterator[Backend]:
+    with TARGETS[request.param](local_backend) as chosen:
+        yield chosen
+
+
+@pytest.fixture
+def sandbox(backend: Backend) -> Iterator[Sandbox]:
+    sb = backend.create(unique_name("ct"))
+    try:
+        yield sb
+    finally:
+        sb.destroy()
