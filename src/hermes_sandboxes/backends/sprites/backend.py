@@ -36,7 +36,7 @@ from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
 
 from .api import API
-from .compat import RateLimited, SandboxUnreachable, capability
+from .compat import RateLimited, SandboxUnreachable
 from .sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
 
 log = logging.getLogger(__name__)
