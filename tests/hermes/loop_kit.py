@@ -47,33 +47,17 @@ class Run:
         return self.last.tool_results()
 
     def tool_json(self) -> list[dict[str, Any]]:
-        """The tool results that are JSON objects, parsed (``tool_call`` results unwrapped)."""
+        """The tool results that are JSON objects, parsed, in order (a deferred tool called through
+        ``tool_call`` answers with its own result)."""
         parsed: list[dict[str, Any]] = []
         for text in self.tool_results():
             try:
                 value = json.loads(text)
             except ValueError:
                 continue
-            parsed.extend(_unwrap(value))
+            if isinstance(value, dict):
+                parsed.append(value)
         return parsed
-
-
-def _unwrap(value: Any) -> list[dict[str, Any]]:
-    """``tool_call`` answers a batch; each inner result may itself be a JSON string."""
-    if isinstance(value, list):
-        return [d for v in value for d in _unwrap(v)]
-    if isinstance(value, str):
-        try:
-            return _unwrap(json.loads(value))
-        except ValueError:
-            return []
-    if not isinstance(value, dict):
-        return []
-    inner = value.get("results")
-    if isinstance(inner, list) and all(isinstance(r, dict) for r in inner):
-        unwrapped = [d for r in inner for d in _unwrap(r.get("result", r))]
-        return unwrapped or [value]
-    return [value]
 
 
 def checkpoint_named(text: str) -> str:
