@@ -12,6 +12,7 @@ from __future__ import annotations
 import marshal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,37 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _BOOTSTRAP = ("import marshal, sys; sys.path.insert(0, marshal.load(sys.stdin.buffer)); "
               "from hermes_sandboxes.backends.local.init import main; main(marshal.load(sys.stdin.buffer))")
 _ARGV = ("hermes-sandboxes-init", "-I", "-S", "-c", _BOOTSTRAP)
+
+
+# One launcher kept started ahead per host process (see take): a start then skips the interpreter's
+# start-up and imports (tens of ms). It waits on a pipe from this process only, holds nothing of
+# any sandbox, and exits when this process does (its stdin closes).
+_spare: subprocess.Popen[bytes] | None = None
+_spare_lock = threading.Lock()
+
+
+def take() -> subprocess.Popen[bytes]:
+    """A launcher started ahead: the spare if there is a live one, else a new one."""
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare.poll() is None:
+        return spare
+    return start_ahead()
+
+
+def _refill() -> None:
+    """Start the next spare on a thread, so that no caller waits for it."""
+    def spawn() -> None:
+        global _spare
+        proc = start_ahead()
+        with _spare_lock:
+            old, _spare = _spare, proc
+        if old is not None:
+            old.kill()
+            old.communicate()
+
+    threading.Thread(target=spawn, name="hermes-sandboxes-launcher-spare", daemon=True).start()
 
 
 def start_ahead() -> subprocess.Popen[bytes]:
@@ -48,15 +80,15 @@ def start_init(name: str, config: dict[str, Any], store_home: Path,
     host pid once it serves requests."""
     full = {**config, "package": _PACKAGE_PARENT, "seccomp": syscall_filter.compiled(),
             "hide": masks.hidden_from_sandboxes(store_home) if config["lower"] == "/" else []}
-    if ahead is None:
-        proc = subprocess.run(
-            list(_ARGV), executable=sys.executable, input=marshal.dumps(_PACKAGE_PARENT) + marshal.dumps(full),
-            capture_output=True, env=_INIT_ENV, start_new_session=True, timeout=60,
-        )
-        code, out, err = proc.returncode, proc.stdout, proc.stderr
-    else:
+    ahead = ahead or take()
+    try:
         out, err = ahead.communicate(marshal.dumps(full), timeout=60)
-        code = ahead.returncode
+    finally:
+        if ahead.poll() is None:  # timed out or interrupted: no half-started launcher stays
+            ahead.kill()
+            ahead.communicate()
+        _refill()
+    code = ahead.returncode
     if code != 0:
         detail = err.decode(errors="replace").strip() or "no detail"
         raise SandboxError(f"sandbox {name} failed to start: {detail} (see {config['log']})")

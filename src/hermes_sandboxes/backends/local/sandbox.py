@@ -428,9 +428,9 @@ class LocalSandbox(Sandbox):
             store.ensure()
             self._require_checkpoint(checkpoint_id)
             store.gc(self.name)
-            # The new init's interpreter starts (tens of ms) while the copy is staged and the old
-            # init stops; it sets up only when told, once the copy is in place.
-            ahead = launcher.start_ahead()
+            # The new init's launcher (started ahead: see launcher.take) sets up only when told,
+            # once the copy is in place.
+            ahead = launcher.take()
             try:
                 staged = store.stage_restore(self.name, checkpoint_id)
                 self._stop()
