@@ -356,7 +356,8 @@ def main() -> int:
         if isinstance(backend._store, BtrfsStore):
             backend._store.unmount()
         subprocess.run(["rm", "-rf", str(home)], check=False)
-    report = {"benchmark": "local", "quick": args.quick, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    report = {"benchmark": "local", "quick": args.quick, "home": str(home),
+              "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
               "targets": TARGETS, "results": results, "meets_targets": verdicts(results)}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,8 @@ def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_pat
     assert set(report["meets_targets"]) >= {"exec_p50_ms", "checkpoint_p50_ms", "restore_incl_restart_ms",
                                             "create_ms", "idle_memory_mb", "diff_ms"}
     assert "| exec round trip" in proc.stdout
-    assert not list(Path("/tmp").glob("hsb-local-*")), "the benchmark left its store behind"
+    assert not Path(report["home"]).exists(), "the benchmark left its store behind"  # its own only:
+    # other test runs on the machine may be running the same benchmark meanwhile
 
 
 PROXY_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_proxy.py"
