@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from cli_kit import Pty
 
 from hermes_sandboxes.state import HostState
 
@@ -168,7 +169,17 @@ def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -
     rows = {row["path"]: row for row in preview["summary"]["rows"]}  # /tmp holds Hermes's own cwd file
     assert (rows["/root"]["files"], rows["/root"]["modified"]) == (1, 1)
     assert [c["command"] for c in preview["commands"]][-1] == "echo changed > /root/x"
-    restored = json.loads(cli("restore", checkpoint_id))
+    refused = subprocess.run([str(HERMES_BIN), "sandbox", "restore", checkpoint_id], env=env, capture_output=True,
+                             text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1 and "--yes" in refused.stdout  # no terminal to confirm on: nothing changes
+    term = Pty([str(HERMES_BIN), "sandbox", "restore", checkpoint_id])  # on a terminal: the preview, a question
+    term.expect(b"throws away")
+    term.expect(b"echo changed > /root/x")
+    term.expect(b"[y/N]")
+    term.send(b"n\r")
+    assert term.finish() == 1 and b"cancelled" in term.seen
+    assert hermes.run("cat /root/x")["output"].strip() == "changed"
+    restored = json.loads(cli("restore", checkpoint_id, "--yes"))
     assert restored["restored"] == checkpoint_id
     assert hermes.run("cat /root/x")["output"].strip() == "x"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import SandboxError
@@ -33,6 +34,9 @@ def _setup(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(command, help=help_text)
         if command != "checkpoints":
             p.add_argument("checkpoint", help="checkpoint id")
+        if command == "restore":
+            p.add_argument("--yes", "-y", action="store_true",
+                           help="restore without asking (needed when stdin is not a terminal)")
         p.add_argument("--sandbox", help="sandbox name (default: this profile's default sandbox)")
 
 
@@ -74,9 +78,42 @@ def _dispatch(provider: SandboxProvider, args: argparse.Namespace) -> Any:
         return [cp.to_dict() for cp in recorded.checkpoints()]
     if command == "diff":
         return recorded.restore_preview(args.checkpoint).to_dict()
+    if not args.yes and not _confirm_restore(recorded, args.checkpoint):
+        raise RestoreDeclined("restore cancelled; nothing was changed" if sys.stdin.isatty() else
+                              "restore throws work away: run it on a terminal to see what and confirm, "
+                              "or pass --yes")
     discarded = recorded.restore(args.checkpoint)
     return {"restored": args.checkpoint, "sandbox": recorded.name,
             "discarded_commands": None if discarded is None else len(discarded)}
+
+
+class RestoreDeclined(SandboxError):
+    """The user said no, or could not be asked (stdin is not a terminal and no --yes)."""
+
+
+def _confirm_restore(recorded: RecordedSandbox, checkpoint_id: str) -> bool:
+    """Show what a restore throws away and ask; False without asking when stdin is not a terminal."""
+    if not sys.stdin.isatty():
+        return False
+    preview = recorded.restore_preview(checkpoint_id)
+    commands = preview.commands
+    print(f"Restoring {recorded.name} to {checkpoint_id} throws away:", file=sys.stderr)
+    if preview.summary is None:
+        print(f"  file changes: unknown ({preview.diff_unavailable})", file=sys.stderr)
+    else:
+        total = preview.summary.total
+        print(f"  {total.files} changed path(s): {total.added} added, {total.modified} modified, "
+              f"{total.deleted} deleted", file=sys.stderr)
+        for row in preview.summary.rows[:10]:
+            print(f"    {row.path}: {row.files}", file=sys.stderr)
+    if commands is None:
+        print("  commands since: unknown (no journal for this checkpoint)", file=sys.stderr)
+    else:
+        print(f"  {len(commands)} command(s) since it:", file=sys.stderr)
+        for record in commands[-10:]:
+            print(f"    [exit {record.exit_code}] {record.command[:100]}", file=sys.stderr)
+    answer = input(f"Restore {recorded.name} to {checkpoint_id}? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def register_cli(ctx: Any) -> None:
