@@ -7,6 +7,8 @@ the same contract.
 
 from __future__ import annotations
 
+import itertools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -36,7 +38,28 @@ def _local_degraded(local: LocalBackend) -> Iterator[Backend]:
     yield degraded.DegradedBackend(local)
 
 
-TARGETS: dict[str, Target] = {"local": _local, "local-degraded": _local_degraded}
+_FAKES = itertools.count(1)
+
+
+@contextmanager
+def _sprites(local: LocalBackend) -> Iterator[Backend]:
+    """The Sprites backend over a loopback fake Sprites API whose Sprites are local sandboxes."""
+    os.environ["SPRITES_CLIENT_SIGNALS"] = "0"  # no agent-detection headers from the SDK
+    from hermes_sandboxes.backends.sprites import SpritesBackend
+    from hermes_sandboxes.backends.sprites_settings import SpritesSettings
+    from tests.fakes.sprites import FakeSprites
+
+    fake = FakeSprites(local, local_prefix=f"fct{os.getpid()}x{next(_FAKES)}").start()
+    try:
+        with SpritesBackend(SpritesSettings(api_url=fake.url), token=fake.token) as sprites:
+            yield sprites
+    finally:
+        fake.quiesce()
+        errors = fake.stop()
+        assert not errors, f"the fake Sprites API could not clean up: {errors}"
+
+
+TARGETS: dict[str, Target] = {"local": _local, "local-degraded": _local_degraded, "sprites": _sprites}
 
 
 @pytest.fixture(params=list(TARGETS))

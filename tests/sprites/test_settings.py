@@ -40,8 +40,8 @@ def test_sizes_out_of_range_or_not_whole_numbers_are_refused(key: str, bad: obje
 def test_sizes_become_the_spec_and_null_clears_a_setting() -> None:
     settings = build(max_cpus=2, max_ram_gb=4, max_disk_gb=20, image=None)
     spec = settings.spec()
-    assert (spec.network, spec.limits.cpus, spec.limits.memory_bytes) == ("host", 2.0, 4 << 30)
-    assert (settings.max_disk_gb, settings.image) == (20, None)
+    assert (spec.network, spec.limits.cpus, spec.limits.memory_bytes, spec.limits.disk_bytes, spec.image) == (
+        "host", 2.0, 4 << 30, 20 << 30, None)
 
 
 def test_api_url_comes_from_the_setting_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

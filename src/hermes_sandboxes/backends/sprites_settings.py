@@ -89,11 +89,13 @@ class SpritesSettings(BackendSettings):
         return (self.api_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL).rstrip("/")
 
     def spec(self) -> SandboxSpec:
-        """Sprites reach the internet ("host" network); CPUs and memory come from these settings
-        (image and disk too: the backend reads them from here while the spec has no such fields)."""
-        limits = Limits(memory_bytes=self.max_ram_gb * GIB if self.max_ram_gb else None,
-                        cpus=float(self.max_cpus) if self.max_cpus else None)
-        return SandboxSpec(network="host", limits=limits)
+        """Sprites reach the internet ("host" network); their size and image come from here."""
+        limits = Limits(
+            memory_bytes=self.max_ram_gb * GIB if self.max_ram_gb else None,
+            cpus=float(self.max_cpus) if self.max_cpus else None,
+            disk_bytes=self.max_disk_gb * GIB if self.max_disk_gb else None,
+        )
+        return SandboxSpec(network="host", limits=limits, image=self.image)
 
 
 def find_token(lookup: Callable[[str], str | None] = os.environ.get) -> str | None:

@@ -30,14 +30,16 @@ from sprites.exceptions import (
 )
 
 from hermes_sandboxes.errors import (
+    AuthenticationFailed,
     InvalidInput,
+    QuotaExceeded,
+    RateLimited,
     SandboxError,
     SandboxExists,
     SandboxFileNotFound,
     SandboxNotFound,
+    SandboxUnreachable,
 )
-
-from .compat import AuthenticationFailed, QuotaExceeded, SandboxUnreachable, rate_limited, retryable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,7 +71,7 @@ class API:
                 return fn()
             except Exception as exc:
                 error = self.translate(exc, what, sprite)
-                if not (retry and retryable(error) and attempt < self.attempts):
+                if not (retry and error.retryable and attempt < self.attempts):
                     raise error from None
                 pause = getattr(error, "retry_after", None) or 0.25 * 2**attempt
                 log.info("sprites: %s failed (%s); retrying in %.1fs", what, error, pause)
@@ -117,7 +119,7 @@ class API:
             return SandboxExists(text)
         if status == 429:
             hint = f"; retry in {retry_after:g}s" if retry_after else "; retry later"
-            return rate_limited(text + hint, retry_after)
+            return RateLimited(text + hint, retry_after=retry_after)
         if status == 402 or "limit_exceeded" in body:
             return QuotaExceeded(text + "; free up Sprites or raise the organization's limits")
         if status in (400, 422):

@@ -27,16 +27,17 @@ from hermes_sandboxes.backends.sprites_settings import SpritesSettings, find_tok
 from hermes_sandboxes.errors import (
     BackendUnavailable,
     InvalidInput,
+    RateLimited,
     SandboxError,
     SandboxExists,
     SandboxNotFound,
+    SandboxUnreachable,
     Unsupported,
 )
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
 
 from .api import API
-from .compat import RateLimited, SandboxUnreachable
 from .sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
 
 log = logging.getLogger(__name__)
@@ -87,13 +88,9 @@ class SpritesBackend(Backend):
     def __enter__(self) -> SpritesBackend:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def check_spec(self, spec: SandboxSpec) -> None:
         """Refuse what a Sprite cannot honour, before anything is sent."""
-        if spec.allow and spec.network != "proxy":
-            raise InvalidInput("an allow-list needs network 'proxy'")
+        super().check_spec(spec)
         if spec.network != "host":
             raise Unsupported(f"a Sprite reaches the internet; network {spec.network!r} cannot be honoured "
                               "(use 'host')")
@@ -101,28 +98,24 @@ class SpritesBackend(Backend):
             raise Unsupported("Sprites cannot limit the number of processes")
         if spec.limits.cpus is not None and spec.limits.cpus != int(spec.limits.cpus):
             raise InvalidInput(f"Sprites take a whole number of CPUs, got {spec.limits.cpus:g}")
-        if getattr(spec, "idle_timeout", None) is not None:
+        if spec.idle_timeout is not None:
             raise Unsupported("Sprites pause idle VMs by themselves; an idle timeout cannot be set")
 
     def _create_body(self, name: str, spec: SandboxSpec, ephemeral: bool) -> dict[str, Any]:
-        """The create request. Image and disk size come from the spec where it has them (the
-        portable spec of issue 7), else from the settings."""
-        limits, settings = spec.limits, self.settings
-        disk = getattr(limits, "disk_bytes", None)
+        limits = spec.limits
         config = {
             "cpus": int(limits.cpus) if limits.cpus else None,
             "ram_mb": math.ceil(limits.memory_bytes / MIB) if limits.memory_bytes else None,
-            "storage_gb": math.ceil(disk / GIB) if disk else settings.max_disk_gb,
+            "storage_gb": math.ceil(limits.disk_bytes / GIB) if limits.disk_bytes else None,
         }
-        labels = [f"{k}={v}" for k, v in sorted(dict(getattr(spec, "labels", None) or {}).items())]
+        labels = [f"{k}={v}" for k, v in sorted(spec.labels.items())]
         if ephemeral:
             labels.append(EPHEMERAL_LABEL)
         body: dict[str, Any] = {"name": name, "labels": labels}
         if any(v is not None for v in config.values()):
             body["config"] = {k: v for k, v in config.items() if v is not None}
-        image = getattr(spec, "image", None) or settings.image
-        if image:
-            body["image"] = image
+        if spec.image:
+            body["image"] = spec.image
         return body
 
     # sandboxes -----------------------------------------------------------------------------------
@@ -165,7 +158,7 @@ class SpritesBackend(Backend):
             except SandboxExists:
                 raise SandboxExists(f"a Sprite named {name} already exists; open it, or delete it first") from None
             except RateLimited as exc:
-                pause = getattr(exc, "retry_after", None) or 1.0
+                pause = exc.retry_after or 1.0
                 if attempt == 3 or time.monotonic() + pause > deadline:
                     raise
                 time.sleep(pause)
@@ -214,7 +207,7 @@ class SpritesBackend(Backend):
             remote = self._lookup(remote.name)
         return remote
 
-    def _still_creating(self, name: str, ephemeral: bool) -> SandboxError:
+    def _still_creating(self, name: str, ephemeral: bool) -> SandboxUnreachable:
         wait = self.settings.create_wait_s
         if ephemeral:
             log.warning("sprites: ephemeral Sprite %s was still being created after %.0fs; it may be left "

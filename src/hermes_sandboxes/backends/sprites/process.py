@@ -17,17 +17,15 @@ import select
 import struct
 import termios
 import threading
-from abc import abstractmethod
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sprites.session import kill_session
 from websockets.exceptions import ConnectionClosed
 
-from hermes_sandboxes.errors import SandboxError
-from hermes_sandboxes.sandbox import OutputSink, Process
+from hermes_sandboxes.errors import SandboxError, SandboxUnreachable
+from hermes_sandboxes.pump import Emit, PumpedProcess
+from hermes_sandboxes.sandbox import OutputSink
 
-from .compat import SandboxUnreachable
 from .wire import ExecSocket, Lost
 
 if TYPE_CHECKING:
@@ -36,71 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 KILL_SIGNAL = "SIGTERM"
 KILL_GRACE_S = 3  # the service sends SIGKILL this long after SIGTERM
-Emit = Callable[[bytes], None]
-
-
-class PumpedProcess(Process):
-    """A Process whose output is pumped on a thread of its own. Each chunk goes straight to its
-    sink and is not kept; a sink that raises stops the command and its error comes out of
-    ``wait()``; ``kill()`` works from any thread, a sink included, and is a no-op once done.
-    (The same rules as the core's ``hermes_sandboxes.pump.PumpedProcess`` of issue 7, which this
-    class gives way to once that is on main.)"""
-
-    def __init__(self, on_stdout: OutputSink | None, on_stderr: OutputSink | None) -> None:
-        self._sinks: list[OutputSink | None] = [on_stdout, on_stderr]
-        self._sink_error: BaseException | None = None
-        self._error: BaseException | None = None
-        self._returncode: int | None = None
-        self._done = threading.Event()
-
-    def _begin(self, name: str) -> None:
-        threading.Thread(target=self._pump, name=name, daemon=True).start()
-
-    def _pump(self) -> None:
-        try:
-            self._returncode = self._run(self._emitter(0), self._emitter(1))
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._done.set()
-
-    def _emitter(self, stream: int) -> Emit:
-        def emit(chunk: bytes) -> None:
-            sink = self._sinks[stream]
-            if sink is None or not chunk:
-                return
-            try:
-                sink(chunk)
-            except Exception as exc:
-                self._sinks[stream] = None
-                if self._sink_error is None:
-                    self._sink_error = exc
-                    with contextlib.suppress(SandboxError):  # the sink's error is what wait() reports
-                        self._kill()
-        return emit
-
-    @abstractmethod
-    def _run(self, emit_stdout: Emit, emit_stderr: Emit) -> int: ...
-
-    @abstractmethod
-    def _kill(self) -> None: ...
-
-    @property
-    def returncode(self) -> int | None:
-        return self._returncode if self._done.is_set() and self._error is None else None
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        if not self._done.wait(timeout):
-            return None
-        if self._sink_error is not None:
-            raise self._sink_error
-        if self._error is not None:
-            raise self._error
-        return self._returncode
-
-    def kill(self) -> None:
-        if not self._done.is_set():
-            self._kill()
 
 
 class SpritesProcess(PumpedProcess):

@@ -34,7 +34,6 @@ from hermes_sandboxes.sandbox import (
     SandboxState,
 )
 
-from .compat import PAUSED
 from .process import SpritesProcess, TerminalProcess, terminal_size
 from .wire import ExecCall, ExecSocket, Lost, Refused
 
@@ -47,7 +46,7 @@ EPHEMERAL_LABEL = "hermes-sandboxes-ephemeral"
 NOT_FOUND_EXIT = 66
 _READ = 'if [ -d "$1" ]; then echo "$1: is a directory" >&2; exit 65; fi; [ -e "$1" ] || exit 66; exec cat -- "$1"'
 _DELETE = '[ -e "$1" ] || [ -L "$1" ] || exit 66; rm -f -- "$1"'
-_STATES = {"running": SandboxState.RUNNING, "warm": PAUSED, "cold": SandboxState.STOPPED}
+_STATES = {"running": SandboxState.RUNNING, "warm": SandboxState.PAUSED, "cold": SandboxState.STOPPED}
 
 
 @dataclass(frozen=True)
