@@ -3,10 +3,10 @@
 Run as root from a checkout: ``.venv/bin/python tests/hermes/record_internal_corpus.py``. It drives a
 real Hermes in this process (terminal, the file tools, execute_code, a background process and its
 polls and kill) against a throw-away local store, and writes one JSON line per distinct command
-shape: ``{"kind": "internal", "tool": ..., "command": ...}`` for what Hermes sent by itself (what
-the recorder journals, plus the shell snapshot and probes it runs below that), and
-``{"kind": "agent", ...}`` for the commands the agent asked for. The spies below only listen; they
-exist in this recorder, never in a test.
+shape: ``{"kind": "internal", "tool": ..., "command": ...}`` for what Hermes sent by itself (every
+command the recorder starts, its shell snapshot included), and
+``{"kind": "agent", ...}`` for the commands the agent asked for. The spy below only listens; it
+exists in this recorder, never in a test.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> None:
                   "name_prefix": "corpus", "network": "loopback", "auto_checkpoint": "off"}}}}}
     (home / "config.yaml").write_text(yaml.safe_dump(config))
     os.environ.update(HERMES_HOME=str(home), HERMES_SANDBOXES_HOME=str(store), TERMINAL_ENV="sandbox",
-                      TERMINAL_CONTAINER_PERSISTENT="true")
+                      TERMINAL_CONTAINER_PERSISTENT="true", HERMES_SANDBOXES_STATE=str(home / "state"))
     seen: list[tuple[str, str, str]] = []
     try:
         _record(seen)
@@ -93,24 +93,20 @@ def _record(seen: list[tuple[str, str, str]]) -> None:
     from hermes_cli.plugins import discover_plugins
     from model_tools import handle_function_call
 
-    from hermes_sandboxes.hermes.environment import SandboxEnvironment
+    from hermes_sandboxes.journal import command_text
     from hermes_sandboxes.recorder import RecordedSandbox
 
     current = {"tool": "setup"}
-    record_exec, run_bash = RecordedSandbox.record_exec, SandboxEnvironment._run_bash
+    start = RecordedSandbox.start
 
-    def spy_exec(self: Any, command: str, *args: Any, **kwargs: Any) -> None:
-        kind = "agent" if any(a in command for a in AGENT) else "internal"  # background wraps the agent's
-        seen.append((kind, current["tool"], command))
-        record_exec(self, command, *args, **kwargs)
+    def spy_start(self: Any, command: Any, *args: Any, record_as: str | None = None, internal: bool = False,
+                  **kwargs: Any) -> Any:
+        text = record_as if record_as is not None else command_text(command)
+        kind = "agent" if any(a in text for a in AGENT) else "internal"  # background wraps the agent's
+        seen.append((kind, current["tool"] + (" (shell)" if internal else ""), text))
+        return start(self, command, *args, record_as=record_as, internal=internal, **kwargs)
 
-    def spy_bash(self: Any, cmd: str, **kwargs: Any) -> Any:
-        if not cmd.startswith("source /tmp/hermes-snap-"):  # the wrapper around a command recorded above
-            seen.append(("internal", current["tool"] + " (shell)", cmd))
-        return run_bash(self, cmd, **kwargs)
-
-    RecordedSandbox.record_exec = spy_exec  # type: ignore[method-assign]
-    SandboxEnvironment._run_bash = spy_bash  # type: ignore[method-assign]
+    RecordedSandbox.start = spy_start  # type: ignore[method-assign]
     discover_plugins(force=True)
     session = None
     for tool, args in _steps():
