@@ -92,3 +92,20 @@ def test_a_credential_needs_one_value_source_and_hosts() -> None:
         BrokeredCredential(name="T", hosts=(), env="X")
     with pytest.raises(InvalidInput):
         BrokeredCredential(name="T", hosts=("a.com",), file="relative/path")
+
+
+def test_settings_take_brokered_credentials_by_source_never_by_value() -> None:
+    from hermes_sandboxes import backends
+    from hermes_sandboxes.settings import InvalidSettings
+
+    settings = backends.validate("local", {"network": "proxy", "allow": ["@pypi"], "brokered": {
+        "GITHUB_TOKEN": {"hosts": ["github.com", "api.github.com"], "env": "GH_TOKEN"}}}, where="cfg")
+    (credential,) = settings.brokered_credentials()  # type: ignore[attr-defined]
+    assert credential == BrokeredCredential(name="GITHUB_TOKEN", hosts=("github.com", "api.github.com"),
+                                            env="GH_TOKEN")
+    for bad, why in (({"allow": ["@nope"]}, "preset"),
+                     ({"brokered": {"T": {"hosts": ["a.com"], "value": "s3cret"}}}, "unknown setting"),
+                     ({"brokered": {"T": {"hosts": ["a.com"]}}}, "exactly one value source"),
+                     ({"brokered": {"T": {"hosts": ["a.com"], "file": "token.txt"}}}, "absolute")):
+        with pytest.raises(InvalidSettings, match=why):
+            backends.validate("local", bad, where="cfg")

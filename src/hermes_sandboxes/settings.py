@@ -203,7 +203,12 @@ class SpecSettings(BackendSettings):
         for item in value:
             if not isinstance(item, str) or not item.strip():
                 raise ValueError(f"{item!r} is not a host name, IP address or @preset")
-        return tuple(value)
+        from hermes_sandboxes.egress import policy  # the allow-list's own grammar, presets included
+
+        try:
+            return policy.validate(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("memory", mode="before")
     @classmethod

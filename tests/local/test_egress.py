@@ -22,9 +22,10 @@ from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.journal import EgressRecord, Journal
 from hermes_sandboxes.sandbox import SandboxSpec
 from hermes_sandboxes.state import HostState
-from tests.cli_kit import ok
+from tests.cli_kit import hs, ok
+from tests.conftest import teardown_backend
 from tests.local import egress_kit
-from tests.local.kit import init_state, new_sandbox, pid_alive, sh, temp_backend, wait_for
+from tests.local.kit import fresh_name, init_state, new_sandbox, pid_alive, sh, temp_backend, temp_home, wait_for
 
 SECRET = "hsb-test-secret-" + os.urandom(8).hex()
 SECRET_VAR = "HSB_EGRESS_TEST_TOKEN"  # the host variable the credential's value comes from
@@ -340,3 +341,28 @@ def test_a_credential_from_a_host_file_is_brokered_and_its_file_hidden(http_a: e
             assert got.stdout == "secret-arrived\n"
     finally:
         shutil.rmtree(directory)
+
+
+def test_the_cli_creates_a_proxy_sandbox_with_allow_and_a_brokered_credential_from_its_config(
+        tmp_path: Path, http_a: egress_kit.Server, http_b: egress_kit.Server) -> None:
+    home = temp_home()
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+[local]
+home = "{home}"
+[local.brokered.API_TOKEN]
+env = "{SECRET_VAR}"
+hosts = ["127.0.0.1:{http_a.port}"]
+""")
+    name = fresh_name()
+    env = {SECRET_VAR: SECRET}
+    try:
+        ok(home, "--config", str(config), "create", name, "--network", "proxy",
+           "--allow", f"127.0.0.1:{http_a.port}", "--allow", f"127.0.0.1:{http_b.port}", env=env)
+        auth = '-H "Authorization: Bearer $API_TOKEN"'
+        got = ok(home, "--config", str(config), "exec", name, "--", f"{CURL} {auth} {http_a.url}/auth", env=env)
+        assert got.stdout == "secret-arrived\n"
+        refused = hs(home, "--config", str(config), "exec", name, "--", f"{CURL} {auth} {http_b.url}/auth", env=env)
+        assert refused.exit_code == 22 and "403" in refused.stderr
+    finally:
+        teardown_backend(LocalBackend(home))

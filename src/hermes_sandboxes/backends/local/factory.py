@@ -11,4 +11,5 @@ from hermes_sandboxes.settings import BackendSettings
 def build_backend(settings: BackendSettings) -> LocalBackend:
     if not isinstance(settings, LocalSettings):
         raise InvalidInput(f"the local backend takes LocalSettings, not {type(settings).__name__}")
-    return LocalBackend(settings.store_home(), base=settings.base, masks=settings.masks)
+    return LocalBackend(settings.store_home(), base=settings.base, masks=settings.masks,
+                        credentials=settings.brokered_credentials(), upstream_ca=settings.upstream_ca)

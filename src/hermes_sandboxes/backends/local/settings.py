@@ -8,23 +8,60 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hermes_sandboxes.egress.broker import BrokeredCredential
+from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.settings import SpecSettings, _absolute_paths, _require_text
 
 DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
 STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
 
 
+class Brokered(BaseModel):
+    """One brokered credential: the hosts it is for and where its value is on the host (``env``: a
+    variable of the process that starts the sandbox; ``file``: an absolute path). There is no key
+    for the value itself: a secret never sits in a settings file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    hosts: tuple[str, ...]
+    env: str | None = None
+    file: str | None = None
+
+
 class LocalSettings(SpecSettings):
     """``home``: the store directory (else $HERMES_SANDBOXES_HOME, else /var/lib/hermes-sandboxes);
     ``base``: a root filesystem directory new sandboxes are built on (default the host's /);
-    ``masks``: more host paths to hide inside."""
+    ``masks``: more host paths to hide inside; ``brokered``: credentials the egress proxy of
+    ``proxy`` sandboxes adds to requests, by the variable name commands see a placeholder in;
+    ``upstream_ca``: a CA bundle that proxy trusts for servers instead of the system's."""
 
     backend: Literal["local"] = "local"
     base: str | None = None
     masks: tuple[str, ...] = ()
     home: str | None = None
+    brokered: dict[str, Brokered] = Field(default_factory=dict)
+    upstream_ca: str | None = None
+
+    @field_validator("upstream_ca", mode="before")
+    @classmethod
+    def _upstream_ca(cls, value: object) -> str:
+        text = _require_text(value, "an absolute path to a PEM file of CA certificates")
+        if not text.startswith("/"):
+            raise ValueError(f"{text!r} is not an absolute path")
+        return text
+
+    @field_validator("brokered", mode="after")
+    @classmethod
+    def _brokered(cls, value: dict[str, Brokered]) -> dict[str, Brokered]:
+        try:
+            _credentials(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def brokered_credentials(self) -> tuple[BrokeredCredential, ...]:
+        return _credentials(self.brokered)
 
     @field_validator("base", "home", mode="before")
     @classmethod
@@ -49,3 +86,8 @@ class LocalSettings(SpecSettings):
 
     def store_home(self) -> Path:
         return Path(self.home or os.environ.get(STORE_HOME_ENV) or DEFAULT_STORE_HOME)
+
+
+def _credentials(brokered: dict[str, Brokered]) -> tuple[BrokeredCredential, ...]:
+    return tuple(BrokeredCredential(name=name, hosts=b.hosts, env=b.env, file=b.file)
+                 for name, b in brokered.items())
