@@ -1,0 +1,42 @@
+"""The real Hermes agent loop with network ``proxy``: the model's ``pip install`` reaches a local
+package index through the sandbox's egress proxy, set up from the plugin's settings alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from fakes.model_server import call, say
+
+from tests.local import egress_kit
+
+if TYPE_CHECKING:
+    from loop_kit import AgentLoop
+
+
+@pytest.fixture(scope="module")
+def index_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    with egress_kit.http_server_process(egress_kit.build_site(tmp_path_factory.mktemp("site"))) as port:
+        yield port
+
+
+def test_the_agent_pip_installs_from_an_allowed_index_and_nothing_else(agent_loop: AgentLoop,
+                                                                       index_port: int) -> None:
+    agent_loop.settings.update(network="proxy", allow=[f"127.0.0.1:{index_port}"])
+    index = f"http://127.0.0.1:{index_port}/simple/"
+    run = agent_loop.ask([
+        call("terminal", command=f"python3 -m pip install --no-deps --disable-pip-version-check "
+                                 f"--break-system-packages --index-url {index} --trusted-host 127.0.0.1 hsbdemo "
+                                 "&& python3 -c 'import hsbdemo; print(\"value\", hsbdemo.VALUE)'"),
+        call("terminal", command=f"curl -sS -f -m 10 -o /dev/null http://127.0.0.1:{index_port + 1}/ ; "
+                                 "python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), 3)'"),
+        say("installed"),
+    ])
+    installed, elsewhere = run.tool_json()
+    assert installed["exit_code"] == 0 and "value 42" in installed["output"], installed
+    assert elsewhere["exit_code"] != 0 and "403" in elsewhere["output"], elsewhere  # the proxy said no
+    assert "Network is unreachable" in elsewhere["output"]  # and there is no way around it
+    # installed in the sandbox's layer, not on the host's disk
+    assert not list(Path("/usr/local/lib").glob("python3*/dist-packages/hsbdemo"))
