@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.identity import unique_name
 from hermes_sandboxes.sandbox import ExecResult, SandboxSpec
 from tests.conftest import teardown_backend
@@ -75,8 +75,22 @@ def init_state(sb: LocalSandbox) -> dict[str, Any]:
     return state
 
 
+def cgroup_dirs(sb: LocalSandbox) -> dict[str, Path]:
+    """The sandbox's own group (the one with its limits) per hierarchy, as its init recorded them."""
+    return {key: Path(d) for key, d in init_state(sb)["cgroups"]["dirs"].items()}
+
+
+def cgroup_version(sb: LocalSandbox) -> int:
+    version = init_state(sb)["cgroups"]["version"]
+    assert version in (1, 2)
+    return int(version)
+
+
 def cgroup_dir(sb: LocalSandbox, controller: str) -> Path:
-    return Path(init_state(sb)["cgroups"][controller])
+    """The sandbox's group that ``controller`` (memory, pids, cpu, freezer) works in: its v1
+    hierarchy's, or the one unified group on v2."""
+    dirs = cgroup_dirs(sb)
+    return next((d for key, d in dirs.items() if controller in key.split(",")), dirs.get("unified", Path("/none")))
 
 
 def pid_alive(pid: int) -> bool:
@@ -150,19 +164,16 @@ def without_inodes(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # the leftover check ---------------------------------------------------------------------------------
-def _our_cgroups() -> list[str]:
-    """Cgroup directories of this run's sandboxes (v1: under our own group, per controller)."""
-    own: dict[str, str] = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, names, path = line.rstrip("\n").split(":", 2)
-            for name in names.split(","):
-                own[name] = path
+def _our_cgroups(homes: list[str]) -> list[str]:
+    """Cgroups of this run: its sandboxes' groups in any store, and the shared parents of the
+    stores that must be gone (``homes``) in every hierarchy."""
     found: list[str] = []
-    for controller in ("freezer", "memory", "pids", "cpu"):
-        parent = Path("/sys/fs/cgroup") / controller / own.get(controller, "/").lstrip("/") / "hermes-sandboxes"
-        if parent.is_dir():
-            found += sorted(str(p) for p in parent.iterdir() if p.name.startswith(RUN_PREFIX + "-"))
+    for home in _HOMES:
+        for parent in cgroups.store_groups(home):
+            if str(home) in homes:
+                found.append(str(parent))
+            else:
+                found += sorted(str(p) for p in parent.iterdir() if p.name.startswith(RUN_PREFIX + "-"))
     return found
 
 
@@ -174,7 +185,7 @@ def leftovers(*, session_store_done: bool) -> list[str]:
     """
     homes = [str(h) for h, removable in _HOMES.items() if removable or session_store_done]
     marks = [*homes, f"/{RUN_PREFIX}-"]  # an init's command line names its run dir: .../run/<name>/
-    found = [f"cgroup {path}" for path in _our_cgroups()]
+    found = [f"cgroup {path}" for path in _our_cgroups(homes)]
     with open("/proc/self/mountinfo") as f:
         found += [f"mount {line.split()[4]}" for line in f if any(h in line.split()[4] for h in homes)]
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout

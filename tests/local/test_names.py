@@ -94,7 +94,7 @@ def test_destroy_is_idempotent_and_leaves_nothing_behind(local_backend: LocalBac
         state = init_state(sb)
         store = local_backend.store
         layout = local_backend.layout
-        places = [Path(p) for p in state["cgroups"].values()] + [
+        places = [Path(p) for p in state["cgroups"]["dirs"].values()] + [
             layout.run_dir(sb.name), layout.meta_dir(sb.name), store.sandbox_dir(sb.name)]
         assert all(p.exists() for p in places)
         sb.destroy()

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, protocol
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups, protocol
 from hermes_sandboxes.backends.local import paths as local_paths
 from hermes_sandboxes.sandbox import SandboxState
-from tests.local.kit import PYTHON, fresh_name, init_state, pid_alive, sandbox_commands, sh, wait_for
+from tests.local.kit import PYTHON, cgroup_dir, fresh_name, init_state, pid_alive, sandbox_commands, sh, wait_for
 
 
 def _in_new_process(home: Path, code: str) -> str:
@@ -54,10 +54,11 @@ def test_files_and_daemons_outlive_the_host_process_that_created_them(local_back
 def test_after_stop_the_next_exec_starts_the_init_again_and_files_are_there(sandbox: LocalSandbox) -> None:
     sh(sandbox, "echo kept > /root/kept; nohup sleep 7302 >/dev/null 2>&1 &")
     old = init_state(sandbox)
+    group = cgroup_dir(sandbox, "freezer")
     sandbox.stop()
     assert not pid_alive(old["pid"])
     assert sandbox.info().state == SandboxState.STOPPED
-    assert not Path(old["cgroups"]["freezer"], "cgroup.procs").read_text().split()
+    assert not cgroups.procs(group)
     assert sh(sandbox, "cat /root/kept").stdout == "kept\n"
     assert sandbox.info().state == SandboxState.RUNNING
     assert init_state(sandbox)["pid"] != old["pid"]

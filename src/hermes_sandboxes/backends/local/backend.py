@@ -251,10 +251,8 @@ def machine_unavailable_reason() -> str | None:
                 "run as root. Nothing was run on the host.")
     if not Path("/proc/self/ns/pid").exists():
         return "this kernel has no pid namespaces"
-    _, missing = cgroups.probe()
-    if any("freezer" in m for m in missing):
-        return "; ".join(missing)
-    return None
+    fatal = cgroups.probe().fatal
+    return "; ".join(fatal) if fatal else None
 
 
 def _validate_base(base: str | None) -> str | None:

@@ -21,22 +21,39 @@ def _filesystems() -> str:
         return ""
 
 
+def _cgroup_checks() -> list[DoctorCheck]:
+    found = cgroups.probe()
+    if found.version is None:
+        return [DoctorCheck(False, "cgroups", "; ".join(found.fatal))]
+    version = f"cgroup v{found.version}"
+    checks = [DoctorCheck(not found.fatal, f"{version} in use (freezing, killing a command's tree)",
+                          "; ".join(found.fatal) or ", ".join(sorted(found.bases)))]
+    for controller in cgroups.LIMIT_CONTROLLERS:
+        base = found.limits.get(controller)
+        checks.append(DoctorCheck(base is not None, f"{version} {controller} (limits)",
+                                  str(base) if base else next((m for m in found.missing if f"'{controller}'" in m),
+                                                              "missing")))
+    others = [m for m in found.missing if "hierarchy" in m]
+    if found.version == 1:
+        checks.append(DoctorCheck(not others, "every cgroup hierarchy joined (no host group reachable)",
+                                  "; ".join(others) or "yes"))
+    top = cgroups.ceiling()
+    checks.append(DoctorCheck(True, "ceiling of all sandboxes of a store",
+                              f"memory {top.memory_bytes}, pids {top.pids}, cpus {top.cpus}"))
+    checks += [DoctorCheck(True, "note", note) for note in found.notes]
+    return checks
+
+
 def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
     checks = [DoctorCheck(os.geteuid() == 0, "running as root",
                           "yes" if os.geteuid() == 0 else "no: namespaces, mounts and cgroups need root")]
-    ns = [n for n in ("mnt", "pid", "uts", "ipc", "net") if not Path(f"/proc/self/ns/{n}").exists()]
-    checks.append(DoctorCheck(not ns, "namespaces (mount, pid, uts, ipc, net)",
+    ns = [n for n in ("mnt", "pid", "uts", "ipc", "net", "cgroup") if not Path(f"/proc/self/ns/{n}").exists()]
+    checks.append(DoctorCheck(not ns, "namespaces (mount, pid, uts, ipc, net, cgroup)",
                               "available" if not ns else f"missing: {', '.join(ns)}"))
     fs = _filesystems()
     checks.append(DoctorCheck("overlay" in fs, "overlayfs", "available" if "overlay" in fs
                               else "not in /proc/filesystems (modprobe overlay)"))
-    bases, missing = cgroups.probe()
-    checks.append(DoctorCheck("freezer" in bases, "cgroup v1 freezer (timeouts, consistent snapshots)",
-                              str(bases.get("freezer", "missing"))))
-    for controller in ("memory", "pids", "cpu"):
-        checks.append(DoctorCheck(controller in bases, f"cgroup v1 {controller} (limits)",
-                                  str(bases[controller]) if controller in bases
-                                  else next((m for m in missing if controller in m), "missing")))
+    checks += _cgroup_checks()
     seccomp = syscall_filter.unavailable_reason()
     checks.append(DoctorCheck(seccomp is None, "syscall filter (seccomp via libseccomp)",
                               "available" if seccomp is None else seccomp))

@@ -320,7 +320,9 @@ def launch(cfg: dict[str, Any]) -> int:
     for path in cfg["cgroups"]:
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write("0")
-    # the cgroup namespace keeps the host's cgroup paths out of /proc/self/cgroup inside
+    # A cgroup namespace rooted at the groups just joined: the host's cgroup paths stay out of
+    # /proc/self/cgroup inside, and the sandbox's own view of cgroups (and any cgroup mount it
+    # could make) starts below the groups that carry its limits.
     flags = sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWCGROUP
     if cfg["network"] != "host":
         flags |= sc.CLONE_NEWNET

@@ -134,10 +134,10 @@ class LocalSandbox(Sandbox):
         if self.spec.network == "proxy" and not egress.alive(state.get("egress")):
             with self._locked():
                 state = self._restart_proxy()
-        freezer = Path(state["cgroups"]["freezer"])
-        if cgroups.is_frozen(freezer) and not paths.is_locked(self._lock):
-            cgroups.thaw(freezer)  # a checkpoint was killed while the sandbox was frozen
-        return str(self._socket), freezer
+        groups = cgroups.from_state(state["cgroups"])
+        if groups.is_frozen() and not paths.is_locked(self._lock):
+            groups.thaw()  # a checkpoint was killed while the sandbox was frozen
+        return str(self._socket), groups.freezer
 
     def _start(self, ahead: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
         """Start the init (caller holds the lock), with a launcher started ahead if given (see
@@ -152,7 +152,7 @@ class LocalSandbox(Sandbox):
         lower = self.base or "/"
         self.apply_masks()  # again: masks added to the settings since creation take effect now
         store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
-        groups = self._groups()
+        groups = self._cgroups = cgroups.for_sandbox(self._backend.home, self.name)
         groups.create(self._backend.effective_limits(self.spec.limits))
         self._run.mkdir(parents=True, exist_ok=True)
         (self._run / "root").mkdir(exist_ok=True)
@@ -167,12 +167,12 @@ class LocalSandbox(Sandbox):
             "socket": str(self._socket),
             "log": str(self._run / "init.log"),
             "network": self.spec.network,
-            "cgroups": list(groups.dirs.values()),
+            "cgroups": groups.join_dirs,
             "freezer": str(groups.freezer),
         }
         pid = launcher.start_init(self.name, config, self._backend.home, ahead)
         state: dict[str, Any] = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
-                                 "cgroups": dict(groups.dirs), "protocol": protocol.VERSION}
+                                 "cgroups": groups.to_state(), "protocol": protocol.VERSION}
         if self.spec.network == "proxy":
             try:
                 state["egress"] = self._start_proxy(pid)
@@ -236,9 +236,9 @@ class LocalSandbox(Sandbox):
         if self._cgroups is None:
             state = paths.read_json(self._run / "init.json")
             if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
-                self._cgroups = cgroups.SandboxCgroups(state["cgroups"])
+                self._cgroups = cgroups.from_state(state["cgroups"])
             else:
-                self._cgroups = cgroups.SandboxCgroups.for_sandbox(self.name)
+                self._cgroups = cgroups.for_sandbox(self._backend.home, self.name)
         return self._cgroups
 
     def stop(self) -> None:
@@ -249,7 +249,7 @@ class LocalSandbox(Sandbox):
     def _stop(self) -> None:
         state = paths.read_json(self._run / "init.json")
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
-            cgroups.SandboxCgroups(state["cgroups"]).kill_all()
+            cgroups.from_state(state["cgroups"]).kill_all()
             egress.stop_proxy(state.get("egress"))
             # An init leaves its cgroup before it has finished dying (as PID 1 it first waits for
             # the namespace's other processes to be reaped): wait for that too, so "stopped" holds.

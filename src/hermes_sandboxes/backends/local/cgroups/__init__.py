@@ -1,0 +1,137 @@
+"""Per-sandbox control groups, on cgroup v1 or v2, chosen at run time.
+
+A host with the v1 freezer controller mounted uses v1 (every v1 hierarchy, plus the cgroup2
+mount of a hybrid host); otherwise the unified (v2) hierarchy is used. ``probe`` says which, and
+what is missing, for ``doctor`` and for the backend's availability check; it creates nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.backends.local.cgroups import hierarchies
+from hermes_sandboxes.backends.local.cgroups.base import (
+    BOX,
+    PARENT_PREFIX,
+    SandboxCgroups,
+    ceiling,
+    store_dir_name,
+)
+from hermes_sandboxes.backends.local.cgroups.groupfs import freeze, is_frozen, kill_group, procs, thaw
+from hermes_sandboxes.backends.local.cgroups.hierarchies import UNIFIED, Hierarchy
+from hermes_sandboxes.backends.local.cgroups.v1 import V1Cgroups
+from hermes_sandboxes.backends.local.cgroups.v2 import LIMIT_CONTROLLERS, V2Cgroups
+from hermes_sandboxes.errors import BackendUnavailable
+
+__all__ = [
+    "BOX", "LIMIT_CONTROLLERS", "PARENT_PREFIX", "Probe", "SandboxCgroups", "ceiling", "for_sandbox", "freeze",
+    "from_state", "is_frozen", "kill_group", "probe", "procs", "store_dir_name", "store_groups", "thaw",
+]
+
+_V2_FREEZE = (5, 2)  # cgroup.freeze
+_V2_KILL = (5, 14)  # cgroup.kill
+
+
+@dataclass
+class Probe:
+    """What this host offers: the version in use, the hierarchies a sandbox joins (and the
+    directory its store's groups go under in each), the limit controllers, and problems."""
+
+    version: int | None
+    bases: dict[str, Path] = field(default_factory=dict)  # hierarchy key -> where store groups go
+    limits: dict[str, Path] = field(default_factory=dict)  # limit controller -> hierarchy base
+    fatal: list[str] = field(default_factory=list)  # without these, no sandbox can run
+    missing: list[str] = field(default_factory=list)  # these weaken a sandbox (no limit, a hierarchy not joined)
+    notes: list[str] = field(default_factory=list)
+
+
+def _kernel() -> tuple[int, int]:
+    parts = os.uname().release.split(".")
+    try:
+        return int(parts[0]), int(parts[1].split("-")[0])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def _usable(base: Path) -> bool:
+    """Whether store groups can go under ``base`` (looked at, never created)."""
+    return base.is_dir() and os.access(base, os.W_OK)
+
+
+def _probe_v1(found: list[Hierarchy], result: Probe) -> None:
+    for h in found:
+        base = h.own_dir()
+        if _usable(base):
+            result.bases[h.key] = base
+        elif "freezer" in h.names:
+            result.fatal.append(f"cannot create cgroups under {base} (freezer hierarchy)")
+        else:
+            result.missing.append(f"cannot join the {h.key} hierarchy: {base} is not writable")
+    for controller in LIMIT_CONTROLLERS:
+        holder = hierarchies.find(found, controller)
+        if holder is None:
+            result.missing.append(f"cgroup v1 '{controller}' controller is not mounted: no {controller} limit")
+        elif holder.key in result.bases:
+            result.limits[controller] = result.bases[holder.key]
+
+
+def _probe_v2(h: Hierarchy, result: Probe) -> None:
+    base = h.mount  # at the top: a group with processes of its own cannot hand out controllers
+    if not _usable(base):
+        result.fatal.append(f"cannot create cgroups under {base} (cgroup2)")
+        return
+    result.bases[h.key] = base
+    if _kernel() < _V2_FREEZE:
+        result.fatal.append("this kernel has no cgroup.freeze (Linux 5.2 or later needed)")
+    if _kernel() < _V2_KILL:
+        result.notes.append("no cgroup.kill before Linux 5.14: trees are killed by freezing and signalling")
+    try:
+        available = set((base / "cgroup.controllers").read_text().split())
+    except OSError:
+        available = set()
+    for controller in LIMIT_CONTROLLERS:
+        if controller in available:
+            result.limits[controller] = base
+        else:
+            result.missing.append(f"cgroup v2 '{controller}' controller is not available at {base}: "
+                                  f"no {controller} limit")
+
+
+def probe(found: list[Hierarchy] | None = None) -> Probe:
+    found = hierarchies.discover() if found is None else found
+    if hierarchies.find(found, "freezer") is not None:
+        result = Probe(version=1)
+        _probe_v1(found, result)
+        return result
+    unified = next((h for h in found if h.key == UNIFIED), None)
+    if unified is None:
+        return Probe(version=None, fatal=["no cgroup hierarchy is mounted (neither the v1 freezer nor cgroup2)"])
+    result = Probe(version=2)
+    _probe_v2(unified, result)
+    return result
+
+
+def for_sandbox(home: Path, name: str) -> SandboxCgroups:
+    """The groups sandbox ``name`` of the store at ``home`` gets on this host."""
+    found = probe()
+    if found.fatal or found.version is None:
+        raise BackendUnavailable("local sandboxes need cgroups: " + "; ".join(found.fatal))
+    parent = store_dir_name(home)
+    dirs = {key: str(base / parent / name) for key, base in found.bases.items()}
+    return V1Cgroups(dirs) if found.version == 1 else V2Cgroups(dirs)
+
+
+def from_state(state: Any) -> SandboxCgroups:
+    """The groups recorded for a running init (``SandboxCgroups.to_state``)."""
+    if isinstance(state, dict) and "version" in state:
+        return V2Cgroups(state["dirs"]) if state["version"] == 2 else V1Cgroups(state["dirs"])
+    return V1Cgroups(state)  # recorded by an older version: v1 controller -> directory
+
+
+def store_groups(home: Path) -> list[Path]:
+    """The shared parent groups of the store at ``home`` that exist now, in every hierarchy."""
+    parent = store_dir_name(home)
+    return [base / parent for base in probe().bases.values() if (base / parent).is_dir()]

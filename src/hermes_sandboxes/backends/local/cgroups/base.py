@@ -1,0 +1,151 @@
+"""The control groups of one sandbox: the interface both cgroup versions implement.
+
+Layout, in every hierarchy the version uses::
+
+    <base>/hermes-sandboxes-<store digest>/     shared by a store's sandboxes: the ceiling of all of them
+    <base>/hermes-sandboxes-<store digest>/<name>/       the sandbox: its limits
+    <base>/hermes-sandboxes-<store digest>/<name>/box/   its init, and below it x<exec id> per command
+
+The store digest keeps two stores' sandboxes of the same name apart. Processes live one level
+below the group that carries the limits: the init starts a cgroup namespace rooted at ``box``, so
+whatever root inside could ever write through a cgroup mount of its own stays under ``box`` and
+never reaches the limits (nor any group of the host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.backends.local.cgroups import groupfs
+from hermes_sandboxes.sandbox import Limits
+
+PARENT_PREFIX = "hermes-sandboxes-"
+BOX = "box"
+CPU_PERIOD_US = 100_000
+
+
+def store_dir_name(home: Path) -> str:
+    """The shared parent group's name for the store at ``home``."""
+    return PARENT_PREFIX + hashlib.sha256(str(home).encode()).hexdigest()[:12]
+
+
+def ceiling() -> Limits:
+    """What all sandboxes of one store may use together: a backstop that keeps the host usable
+    however many sandboxes run. Memory: all but an eighth of RAM (at least 512 MiB kept back);
+    processes: half of what the kernel allows; CPU: all cores but half of one (at least one)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = max(total - max(total // 8, 512 << 20), 256 << 20)
+    kernel_max = min(_read_int("/proc/sys/kernel/pid_max", 32768), _read_int("/proc/sys/kernel/threads-max", 32768))
+    cores = os.cpu_count() or 1
+    return Limits(memory_bytes=memory, pids=max(kernel_max // 2, 1024), cpus=max(1.0, cores - 0.5))
+
+
+def _read_int(path: str, default: int) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return default
+
+
+class SandboxCgroups(ABC):
+    """One sandbox's groups: ``dirs`` maps each hierarchy used to the sandbox's own group in it."""
+
+    version: int = 0
+    freezer_key: str = ""  # the hierarchy whose groups freeze and kill
+
+    def __init__(self, dirs: Mapping[str, str]) -> None:
+        self.dirs = dict(dirs)
+
+    def to_state(self) -> dict[str, Any]:
+        return {"version": self.version, "dirs": dict(self.dirs)}
+
+    @property
+    def group(self) -> Path:
+        """The sandbox's group in the hierarchy that freezes and kills."""
+        return Path(self.dirs[self.freezer_key])
+
+    @property
+    def freezer(self) -> Path:
+        """Where the init lives; each command gets a child group ``x<exec id>`` here."""
+        return self.group / BOX
+
+    @property
+    def join_dirs(self) -> list[str]:
+        """The groups the launcher moves itself into (so the init is born inside them)."""
+        return [os.path.join(d, BOX) for d in self.dirs.values()]
+
+    # set-up ---------------------------------------------------------------------------------------
+    def create(self, limits: Limits) -> None:
+        """Make the shared parents (with the ceiling), the sandbox's groups and boxes; apply limits."""
+        for attempt in range(3):
+            try:
+                self._create_groups()
+                break
+            except FileNotFoundError:  # a parent removed by the last sandbox going away: again
+                if attempt == 2:
+                    raise
+        self._write_limits({k: Path(d).parent for k, d in self.dirs.items()}, ceiling())
+        self.apply(limits)
+
+    def _create_groups(self) -> None:
+        for key, directory in self.dirs.items():
+            sandbox = Path(directory)
+            for level, group in (("parent", sandbox.parent), ("sandbox", sandbox), ("box", sandbox / BOX)):
+                with contextlib.suppress(FileExistsError):
+                    group.mkdir()
+                self._prepare(key, group, level)
+
+    def apply(self, limits: Limits) -> None:
+        top = ceiling()
+        if limits.cpus and top.cpus:  # v1 refuses a child quota above its parent's: never ask for it
+            limits = Limits(memory_bytes=limits.memory_bytes, pids=limits.pids, cpus=min(limits.cpus, top.cpus))
+        self._write_limits({k: Path(d) for k, d in self.dirs.items()}, limits)
+
+    @abstractmethod
+    def _prepare(self, key: str, group: Path, level: str) -> None:
+        """Make a group usable (controllers, cpusets); idempotent, runs at every create."""
+
+    @abstractmethod
+    def _write_limits(self, level: Mapping[str, Path], limits: Limits) -> None:
+        """Write ``limits`` to the groups of ``level`` (hierarchy key -> group)."""
+
+    # running ------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.group.is_dir()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Freeze every process of the sandbox for the duration of the block."""
+        groupfs.freeze(self.group)
+        try:
+            yield
+        finally:
+            groupfs.thaw(self.group)
+
+    def is_frozen(self) -> bool:
+        return groupfs.is_frozen(self.group)
+
+    def thaw(self) -> None:
+        groupfs.thaw(self.group)
+
+    def kill_all(self) -> None:
+        """Kill every process of the sandbox (init included) and wait until the groups are empty."""
+        groupfs.kill_group(self.group)
+
+    def remove(self) -> None:
+        """Kill what is left and remove every group (commands' first). Idempotent."""
+        if self.group.is_dir():
+            groupfs.kill_group(self.group)
+        for directory in self.dirs.values():
+            groupfs.remove_tree(Path(directory))
+            # the shared parent too once it is empty, so no group of ours outlives its last sandbox
+            # (a concurrent create re-makes it: see create)
+            with contextlib.suppress(OSError):
+                Path(directory).parent.rmdir()
