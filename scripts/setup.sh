@@ -12,13 +12,20 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need_apt+=(libseccomp2)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the egress tests fetch through the proxy with it
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)  # ...and pip download from a local index
+if [[ "${1:-}" == *test* ]]; then
+  # the cgroup v2 tests run in a QEMU guest (tests/guest): emulator, static busybox, initramfs tools
+  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
+  dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
+  command -v cpio >/dev/null 2>&1 || need_apt+=(cpio)
+  command -v depmod >/dev/null 2>&1 || need_apt+=(kmod)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: need root to install ${need_apt[*]}" >&2; exit 1
   fi
   echo "setup: installing Debian packages: ${need_apt[*]}" >&2
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
 PY=${PYTHON:-python3}
@@ -34,4 +41,8 @@ if [ ! -e "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
   touch "$stamp"
+fi
+
+if [[ "$extras" == *test* ]]; then
+  bash tests/guest/build.sh  # the guest's kernel and initramfs, under build/guest (reused when unchanged)
 fi
