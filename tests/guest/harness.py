@@ -65,8 +65,8 @@ def _script(tests: list[str], out: str) -> str:
     return "\n".join([
         "set -u",
         f"cd {shlex.quote(str(REPO))}",
-        f"{python} -c 'from hermes_sandboxes.backends.local import cgroups; "
-        "print(\"hsg: cgroup version\", cgroups.probe().version)'",
+        f"{python} -c 'from hermes_sandboxes.backends.local import cgroups; p = cgroups.probe(); "
+        "print(\"hsg: cgroup version\", p.version, \"limits\", sorted(p.limits), \"missing\", p.missing)'",
         # -p no:cacheprovider: the checkout is read-only in the guest (its writes would be lost anyway)
         f"{python} -m pytest -q -p no:cacheprovider -o addopts= --junitxml={out}/junit.xml "
         + " ".join(shlex.quote(t) for t in tests),

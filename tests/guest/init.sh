@@ -20,7 +20,7 @@ mount -t tmpfs -o size=1g,mode=1777 tmpfs /newroot/tmp  # stores and layers: not
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup || fail "no cgroup2"
 mkdir -p /newroot/run/hsg-out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /newroot/run/hsg-out || fail "9p mount of out failed"
-echo "hsg: ready"
+echo "hsg: ready after $(cut -d" " -f1 /proc/uptime) s"
 chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/root LANG=C.UTF-8 TERM=dumb /bin/sh /run/hsg-out/run.sh
 echo "hsg: exit $?"

@@ -41,7 +41,8 @@ def test_limits_freezing_and_tree_kills_hold_on_cgroup_v2_in_a_guest() -> None:
     if reason:
         pytest.fail(reason)  # the machine can run the guest: not running it would hide the v2 path
     result = harness.run(GUEST_TESTS, timeout=480)
-    assert "hsg: cgroup version 2" in result.console, result.tail()  # the guest chose v2
+    # the guest chose v2, with every limit controller and nothing missing
+    assert "hsg: cgroup version 2 limits ['cpu', 'memory', 'pids'] missing []" in result.console, result.tail()
     assert result.exit_code == 0, result.tail()
     assert result.outcomes and set(result.outcomes.values()) == {"passed"}, result.outcomes
     for selector in GUEST_TESTS:
