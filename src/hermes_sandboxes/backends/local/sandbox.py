@@ -496,8 +496,9 @@ class LocalSandbox(Sandbox):
             if not self._meta_file.exists() and not self._backend.store_leftovers(self.name):
                 return
             self._meta_file.unlink(missing_ok=True)  # from here on the sandbox no longer exists
+            groups = self._groups()  # the recorded ones, read before _stop forgets them
             self._stop()
-            self._groups().remove()
+            groups.remove()
             self._backend.store.ensure()
             self._backend.store.remove_sandbox(self.name)
             _rmtree(self._run)

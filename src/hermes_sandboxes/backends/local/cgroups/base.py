@@ -137,12 +137,12 @@ class SandboxCgroups(ABC):
 
     def kill_all(self) -> None:
         """Kill every process of the sandbox (init included) and wait until the groups are empty."""
-        groupfs.kill_group(self.group)
+        groupfs.kill_group(self.group, reaped=False)  # the caller waits for the init (see sandbox._stop)
 
     def remove(self) -> None:
         """Kill what is left and remove every group (commands' first). Idempotent."""
         if self.group.is_dir():
-            groupfs.kill_group(self.group)
+            groupfs.kill_group(self.group, reaped=False)
         for directory in self.dirs.values():
             groupfs.remove_tree(Path(directory))
             # the shared parent too once it is empty, so no group of ours outlives its last sandbox

@@ -91,16 +91,24 @@ def thaw(group: Path) -> None:
             raise
 
 
-def kill_group(group: Path, timeout: float = 10.0) -> None:
+def kill_group(group: Path, timeout: float = 10.0, *, reaped: bool = True) -> None:
     """SIGKILL every process in ``group`` and below, and wait until they have left it.
 
     v2 with ``cgroup.kill``: the kernel kills the whole subtree at once, forks in flight included.
-    Otherwise: freeze (so nothing can fork away), SIGKILL each process, thaw, until empty."""
+    Otherwise: freeze (so nothing can fork away), SIGKILL each process, thaw, until empty. With
+    ``reaped``, also wait (briefly) until the killed processes are reaped, not only dead."""
     if not group.is_dir():
         return
+    killed: set[int] = set()
     if (group / "cgroup.kill").exists() and not _is_v1(group):
-        _kill_v2(group, timeout)
-        return
+        _kill_v2(group, timeout, killed)
+    else:
+        _kill_v1(group, timeout, killed)
+    if reaped:
+        _wait_reaped(killed, time.monotonic() + 2.0)
+
+
+def _kill_v1(group: Path, timeout: float, killed: set[int]) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -112,6 +120,7 @@ def kill_group(group: Path, timeout: float = 10.0) -> None:
         for pid in procs(group):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
         thaw(group)
         if not procs(group):
             return
@@ -120,10 +129,21 @@ def kill_group(group: Path, timeout: float = 10.0) -> None:
         time.sleep(0.002)
 
 
-def _kill_v2(group: Path, timeout: float) -> None:
+def _wait_reaped(pids: set[int], deadline: float) -> None:
+    """A killed process leaves its group when it dies, but stays a zombie (seen by ``ps`` inside)
+    until its parent reaps it: the sandbox's init, for a command's processes, does so at once.
+    (Not for the init itself, whose parent is outside the sandbox: see ``reaped``.)"""
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if os.path.exists(f"/proc/{pid}")}
+        if pids:
+            time.sleep(0.002)
+
+
+def _kill_v2(group: Path, timeout: float, killed: set[int]) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
+            killed.update(procs(group))
             write(group / "cgroup.kill", "1")
         except OSError as exc:
             if exc.errno in _GONE:
