@@ -15,6 +15,7 @@ never reaches the limits (nor any group of the host).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from abc import ABC, abstractmethod
@@ -105,7 +106,7 @@ class SandboxCgroups(ABC):
     def apply(self, limits: Limits) -> None:
         top = ceiling()
         if limits.cpus and top.cpus:  # v1 refuses a child quota above its parent's: never ask for it
-            limits = Limits(memory_bytes=limits.memory_bytes, pids=limits.pids, cpus=min(limits.cpus, top.cpus))
+            limits = dataclasses.replace(limits, cpus=min(limits.cpus, top.cpus))
         self._write_limits({k: Path(d) for k, d in self.dirs.items()}, limits)
 
     @abstractmethod
