@@ -196,6 +196,8 @@ def test_many_commands_leave_no_cgroup_or_descriptor_behind(local_backend: Local
 ], ids=["env-key-with-equals", "empty-env-key", "nul-in-env", "nul-in-argv", "nul-in-shell", "nul-in-cwd"])
 def test_a_malformed_command_is_refused_and_harms_nothing_running(sb: LocalSandbox, bad: dict[str, object]) -> None:
     sh(sb, "nohup sleep 7901 >/dev/null 2>&1 &")
+    # the shell returns before its background child has become sleep (slow under load): wait for it
+    wait_for(lambda: "sleep 7901" in sandbox_commands(sb), "the background sleep to start")
     init = init_state(sb)["pid"]
     command = bad.get("command", "true")
     with pytest.raises(InvalidInput):
