@@ -5,4 +5,4 @@ never needs Hermes installed. The plugin ids registered through pip entry points
 ``PLUGIN_IDS``; the cloud backends add theirs (``sprites``, ``e2b``) with their own provider class.
 """
 
-PLUGIN_IDS = ("sandbox",)
+PLUGIN_IDS = ("sandbox", "sprites", "e2b")

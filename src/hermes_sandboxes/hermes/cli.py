@@ -46,7 +46,7 @@ def _recorded(provider: SandboxProvider, name: str | None) -> RecordedSandbox:
     prefix = settings.name_prefix
     if name is None:
         key = naming.task_key_for_scope("default", settings.scope)
-        name = naming.persistent_name(prefix, naming.resolve_profile(), key)
+        name = provider.persistent_name(prefix, naming.resolve_profile(), key)
     sandbox = backend.get(naming.require_within_prefix(prefix, name))
     return provider.recorded(sandbox, settings, Redactor())
 

@@ -27,6 +27,7 @@ def _settings_row(settings: BackendSettings) -> str:
 def doctor_rows(provider: SandboxProvider) -> list[Row]:
     """Never raises: a doctor that crashes hides every other row."""
     label = provider.label
+    settings_label = provider.settings_label or f"{label} settings"
     rows: list[Row] = []
     try:
         reason = provider.unavailable_reason()
@@ -36,11 +37,11 @@ def doctor_rows(provider: SandboxProvider) -> list[Row]:
     settings: BackendSettings | None = None
     try:
         settings = provider.settings()
-        rows.append((True, f"{label} settings", _settings_row(settings)))
+        rows.append((True, settings_label, _settings_row(settings)))
     except InvalidSettings as exc:
-        rows.append((False, f"{label} settings", f"invalid, the backend refuses to start: {exc}"))
+        rows.append((False, settings_label, f"invalid, the backend refuses to start: {exc}"))
     except Exception as exc:
-        rows.append((False, f"{label} settings", f"could not be read: {type(exc).__name__}: {exc}"))
+        rows.append((False, settings_label, f"could not be read: {type(exc).__name__}: {exc}"))
     if reason is not None or settings is None:
         return rows
     try:

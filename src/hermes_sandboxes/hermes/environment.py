@@ -72,6 +72,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self, recorded: RecordedSandbox, *, cwd: str, timeout: int, options: EnvironmentOptions,
     ) -> None:
         super().__init__(cwd=cwd, timeout=timeout)
+        self._start_cwd = cwd
         self.recorded = recorded
         self.options = options
         self._persistent = options.persistent
@@ -101,6 +102,8 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
     def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
         if self._closed:
             raise EnvironmentConnectionError(f"the environment of sandbox {self.sandbox_name} was cleaned up")
+        if cwd in ("/root", "~") and self.sandbox.home != "/root":
+            cwd = self._start_cwd  # Hermes's container default; this sandbox's home is elsewhere
         call = _Call(command=command, origin=self._origin())
         token = _CALL.set(call)
         try:

@@ -55,3 +55,13 @@ def register_provider(ctx: Any, provider_class: str) -> None:
 def register(ctx: Any) -> None:
     """``sandbox``: the local sandbox backend."""
     register_provider(ctx, ".local:LocalProvider")
+
+
+def register_sprites(ctx: Any) -> None:
+    """``sprites``: Fly.io Sprites."""
+    register_provider(ctx, ".sprites:SpritesProvider")
+
+
+def register_e2b(ctx: Any) -> None:
+    """``e2b``: E2B cloud sandboxes."""
+    register_provider(ctx, ".e2b:E2BProvider")

@@ -78,6 +78,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
     environment_text: ClassVar[str]
     setup_text: ClassVar[tuple[str, ...]] = ()
     home_dir: ClassVar[str] = "/root"  # the sandbox's home; ~/.hermes is synced below it
+    settings_label: ClassVar[str] = ""  # the doctor row of the settings (default "<label> settings")
 
     is_remote = True
     is_container = True
@@ -170,10 +171,34 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         return doctor_rows(self)
 
     # --- environments ---------------------------------------------------------------------------
+    # --- what a backend's plugin may override ------------------------------------------------
+    def make_backend(self, settings: BackendSettings) -> Backend:
+        """A new backend for these settings (the registry's factory; a cloud plugin passes the
+        active profile's credentials)."""
+        return backends.build(settings, self.backend_name)
+
+    def backend_identity(self, settings: BackendSettings) -> str:
+        """What distinguishes one backend object from another in this process, beyond the settings
+        (e.g. the profile whose token it holds)."""
+        return ""
+
+    def persistent_name(self, prefix: str, profile: naming.Profile, task_key: str) -> str:
+        """The one sandbox ``task_key`` of ``profile`` resumes."""
+        return naming.persistent_name(prefix, profile, task_key)
+
+    def ephemeral_name(self, prefix: str, profile: naming.Profile, task_key: str) -> str:
+        """A run-unique name, never adopted."""
+        return naming.ephemeral_name(prefix, profile, task_key)
+
+    def working_directory(self, cwd: str, settings: BackendSettings, sandbox: Sandbox) -> str:
+        """Where commands start: Hermes's own default for containers (``/root``, or ``~``) means the
+        sandbox's home, which is not /root on every backend."""
+        return sandbox.home if not cwd or cwd in ("~", "/root") else cwd
+
     def backend(self, settings: BackendSettings, *, check: bool = True) -> Backend:
         """The process-wide backend for these settings; with ``check``, BackendUnavailable when it
         cannot run here."""
-        backend = RUNTIME.backend(settings)
+        backend = RUNTIME.backend(settings, self.make_backend, self.backend_identity(settings))
         if check:
             reason = backend.unavailable_reason()
             if reason is not None:
@@ -214,13 +239,13 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         try:
             if persistent:
                 key = naming.task_key_for_scope(task_key, settings.scope)
-                name = naming.require_within_prefix(prefix, naming.persistent_name(prefix, profile, key))
+                name = naming.require_within_prefix(prefix, self.persistent_name(prefix, profile, key))
                 recorded = record(_resume(backend, name, spec))
 
                 def reopen() -> RecordedSandbox:
                     return record(_resume(backend, name, spec))
             else:
-                name = naming.require_within_prefix(prefix, naming.ephemeral_name(prefix, profile, task_key))
+                name = naming.require_within_prefix(prefix, self.ephemeral_name(prefix, profile, task_key))
                 recorded = record(backend.create(name, spec, ephemeral=True))
         except SandboxError as exc:
             raise as_hermes_error(exc) from exc
@@ -229,7 +254,8 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
             sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor, reopen=reopen,
         )
         try:
-            return SandboxEnvironment(recorded, cwd=cwd or recorded.inner.home, timeout=timeout, options=options)
+            return SandboxEnvironment(recorded, cwd=self.working_directory(cwd, settings, recorded.inner),
+                                      timeout=timeout, options=options)
         except BaseException:
             if not persistent:
                 recorded.destroy()

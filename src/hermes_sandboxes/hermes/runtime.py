@@ -9,8 +9,8 @@ backend object (and its connections) and serialise file sync on the sandbox thro
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
-from hermes_sandboxes import backends
 from hermes_sandboxes.sandbox import Backend
 from hermes_sandboxes.settings import BackendSettings
 from hermes_sandboxes.state import HostState
@@ -27,14 +27,15 @@ class Runtime:
         """Where journals go: read from the environment each time (HERMES_SANDBOXES_STATE)."""
         return HostState()
 
-    def backend(self, settings: BackendSettings) -> Backend:
-        """The backend those settings describe, built once per process (its module, with its SDK,
-        is imported only now)."""
-        key = settings.model_dump_json()
+    def backend(self, settings: BackendSettings, make: Callable[[BackendSettings], Backend],
+                identity: str = "") -> Backend:
+        """The backend those settings (and ``identity``: whose credentials) describe, built once per
+        process by ``make`` (its module, with its SDK, is imported only then)."""
+        key = f"{identity}\0{settings.model_dump_json()}"
         with self._lock:
             backend = self._backends.get(key)
             if backend is None:
-                backend = backends.build(settings)
+                backend = make(settings)
                 self._backends[key] = backend
             return backend
 

@@ -1,0 +1,63 @@
+"""The Hermes plugin ``e2b``: a real Hermes dispatching its terminal tool to a sandbox of the loopback
+fake E2B through our generic provider, the key read from the profile and never shown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes.e2b import API_KEY, FakeE2B
+
+
+@pytest.fixture
+def hermes_home(fake: FakeE2B, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = Path(tempfile.mkdtemp(prefix="hse2b-", dir="/tmp"))
+    config = {"terminal": {"backend": "e2b"},
+              "plugins": {"enabled": ["e2b"], "entries": {"e2b": {"settings": {"name_prefix": "he2b"}}}}}
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    (home / ".env").write_text(f"E2B_API_KEY={API_KEY}\n")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("TERMINAL_ENV", "e2b")
+    monkeypatch.setenv("TERMINAL_CONTAINER_PERSISTENT", "true")
+    monkeypatch.setenv("E2B_API_URL", fake.url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", fake.url)
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    from hermes_cli.plugins import _reset_plugin_managers_for_tests, discover_plugins
+
+    _reset_plugin_managers_for_tests()
+    discover_plugins(force=True)
+    try:
+        yield home
+    finally:
+        from tools.terminal_tool import cleanup_all_environments
+
+        cleanup_all_environments()
+        for sandbox in fake.sandboxes():  # persistent: the test removes what it made
+            fake.world.kill(sandbox)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_real_hermes_runs_its_terminal_tool_in_an_e2b_sandbox_with_checkpoints(fake: FakeE2B,
+                                                                                 hermes_home: Path) -> None:
+    from model_tools import handle_function_call
+
+    def call(tool: str, args: dict[str, object]) -> dict[str, object]:
+        result = json.loads(handle_function_call(tool, args, task_id="t-e2b"))
+        assert isinstance(result, dict)
+        return result
+
+    ran = call("terminal", {"command": "echo hello > greeting; cat greeting; pwd"})
+    assert ran["exit_code"] == 0 and str(ran["output"]).split() == ["hello", "/home/user"], ran
+    assert len(fake.sandboxes()) == 1
+    saved = call("sandbox_checkpoint", {"comment": "greeting written"})
+    call("terminal", {"command": "rm -f /home/user/greeting"})
+    assert call("sandbox_restore", {"id": saved["checkpoint"]})["restored"] == saved["checkpoint"]
+    assert str(call("terminal", {"command": "cat /home/user/greeting"})["output"]).strip() == "hello"
+    listed = json.dumps(call("sandbox_checkpoints", {}))
+    assert saved["checkpoint"] in listed and API_KEY not in listed

@@ -1,0 +1,92 @@
+"""The Hermes plugin ``sprites``: the existing plugin's Sprite names (pinned), and a real Hermes
+dispatching its terminal tool to a Sprite of the loopback fake through our generic provider."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hermes_sandboxes.hermes.naming import Profile, resolve_profile
+from hermes_sandboxes.hermes.sprites import ephemeral_sprite_name, sprite_name
+from tests.fakes.sprites import FakeSprites
+
+DEFAULT = Profile("default", "/root/.hermes")
+WORK = Profile("work", "/root/.hermes/profiles/work")
+CUSTOM = Profile("custom", "/srv/h")
+
+
+@pytest.mark.parametrize(("profile", "task", "name"), [
+    (DEFAULT, "default", "hermes-default"),
+    (DEFAULT, "session:abc", "hermes-session-abc-a29d80"),  # lossy: a digest of the raw id keeps it apart
+    (DEFAULT, "team_prod", "hermes-team-prod-44c43d"),  # ... from team-prod
+    (DEFAULT, "x" * 70, "hermes-" + "x" * 43 + "-6fb5d34274c0"),  # too long for a label: bounded
+    (WORK, "default", "hermes-work-default-a092ad600654"),
+    (WORK, "session:abc", "hermes-work-session-abc-0a9568ecca18"),
+    (CUSTOM, "default", "hermes-home-srv-h-default-41bd7e5285c5"),  # a custom home is its own domain
+])
+def test_sprite_names_are_the_existing_plugins(profile: Profile, task: str, name: str) -> None:
+    assert sprite_name("hermes", profile, task) == name
+    assert len(name) <= 63
+
+
+def test_the_prefix_is_never_truncated_and_ephemeral_names_are_fresh() -> None:
+    assert sprite_name("hc-42", DEFAULT, "default") == "hc-42-default"
+    first, second = ephemeral_sprite_name("hermes", "session:abc"), ephemeral_sprite_name("hermes", "session:abc")
+    assert first != second and first.startswith("hermes-eph-session-abc-")
+
+
+@pytest.fixture
+def hermes_home(fake: FakeSprites, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = Path(tempfile.mkdtemp(prefix="hsp-", dir="/tmp"))
+    config = {"terminal": {"backend": "sprites"},
+              "plugins": {"enabled": ["sprites"],
+                          "entries": {"sprites": {"settings": {"name_prefix": "hsp", "api_url": fake.url}}}}}
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    (home / ".env").write_text(f"SPRITES_TOKEN={fake.token}\n")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("TERMINAL_ENV", "sprites")
+    monkeypatch.setenv("TERMINAL_CONTAINER_PERSISTENT", "true")
+    for name in ("SPRITES_TOKEN", "SPRITE_TOKEN", "SPRITES_API_URL"):
+        monkeypatch.delenv(name, raising=False)
+    from hermes_cli.plugins import _reset_plugin_managers_for_tests, discover_plugins
+
+    _reset_plugin_managers_for_tests()
+    discover_plugins(force=True)
+    try:
+        yield home
+    finally:
+        from tools.terminal_tool import cleanup_all_environments, clear_session_cwd
+
+        cleanup_all_environments()
+        clear_session_cwd("t-sprites")
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_real_hermes_runs_its_terminal_tool_in_a_sprite_with_checkpoints(fake: FakeSprites,
+                                                                           hermes_home: Path) -> None:
+    from model_tools import handle_function_call
+
+    def call(tool: str, args: dict[str, object]) -> dict[str, object]:
+        result = json.loads(handle_function_call(tool, args, task_id="t-sprites"))
+        assert isinstance(result, dict)
+        return result
+
+    ran = call("terminal", {"command": "echo hello from $(hostname) > /root/greeting; cat /root/greeting"})
+    assert ran["exit_code"] == 0 and "hello from" in str(ran["output"]), ran
+    # Hermes resolves a CLI call's task to the profile's default: the profile-default Sprite
+    expected = sprite_name("hsp", resolve_profile(), "default")
+    assert sorted(fake.world.sprites) == [expected]
+    saved = call("sandbox_checkpoint", {"comment": "greeting written"})
+    call("terminal", {"command": "rm -rf /root/greeting"})
+    restored = call("sandbox_restore", {"id": saved["checkpoint"]})
+    assert restored["restored"] == saved["checkpoint"], restored
+    assert "hello from" in str(call("terminal", {"command": "cat /root/greeting"})["output"])
+    assert "cannot diff" in str(call("sandbox_diff", {"id": saved["checkpoint"]})["error"])
+    assert fake.token not in json.dumps(call("sandbox_checkpoints", {}))
