@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
-from conftest import HermesHarness
+
+if TYPE_CHECKING:
+    from tests.hermes.conftest import HermesHarness
 
 REPO = str(Path(__file__).resolve().parents[2])
 if REPO not in sys.path:
