@@ -78,8 +78,21 @@ def test_a_real_hermes_runs_its_terminal_tool_in_a_sprite_with_checkpoints(fake:
         assert isinstance(result, dict)
         return result
 
+    skills = hermes_home / "skills" / "notes"
+    skills.mkdir(parents=True)
+    for i in range(3):
+        (skills / f"note{i}.md").write_text(f"note {i}\n")
     ran = call("terminal", {"command": "echo hello from $(hostname) > /root/greeting; cat /root/greeting"})
     assert ran["exit_code"] == 0 and "hello from" in str(ran["output"]), ran
+    # file sync: one fs/write per file, parents made by the service, no mkdir/stat/list on the side
+    writes = [dict(r.query)["path"] for r in fake.recorded("PUT") if r.path.endswith("/fs/write")]
+    assert sorted(w for w in writes if "/skills/notes/" in w) == [
+        f"/root/.hermes/skills/notes/note{i}.md" for i in range(3)]
+    side = [r for r in fake.requests if (r.method == "WS" and "mkdir" in str(r.query))
+            or r.path.endswith(("/fs/list", "/fs/stat"))]
+    assert side == []
+    synced = call("terminal", {"command": "cat /root/.hermes/skills/notes/note2.md"})
+    assert str(synced["output"]).strip() == "note 2"
     # Hermes resolves a CLI call's task to the profile's default: the profile-default Sprite
     expected = sprite_name("hsp", resolve_profile(), "default")
     assert sorted(fake.world.sprites) == [expected]
