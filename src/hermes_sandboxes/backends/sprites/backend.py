@@ -223,10 +223,18 @@ class SpritesBackend(Backend):
         while True:
             options = ListOptions(max_results=100, continuation_token=token)
             page = self.api.call("list", functools.partial(self.api.client.list_sprites, options))
-            infos += [Remote.from_sdk(info).info() for info in page.sprites]
+            infos += [Remote.from_sdk(info).info(self._checkpoint_count(info.name)) for info in page.sprites]
             if not page.has_more or not page.next_continuation_token:
                 return infos
             token = page.next_continuation_token
+
+    def _checkpoint_count(self, name: str) -> int:
+        """One request per Sprite (the list answer does not carry it); 0 while it is being made."""
+        sprite = self.api.client.sprite(name)
+        try:
+            return len(self.api.call("checkpoint list", sprite.list_checkpoints, sprite=name))
+        except (SandboxNotFound, SandboxUnreachable):
+            return 0
 
     def doctor(self) -> builtins.list[DoctorCheck]:
         reason = self.unavailable_reason()
