@@ -194,6 +194,16 @@ def test_a_rate_limited_exec_is_retried_before_anything_runs(sprite: SpritesSand
     assert [r.status for r in fake.recorded("WS")] == [429, 101]
 
 
+def test_an_exec_socket_refused_every_time_is_a_retryable_error_and_nothing_ran(
+        sprite: SpritesSandbox, fake: FakeSprites) -> None:
+    fake.inject(Fault("WS", "/v1/sprites/sp-main/exec", status=503, times=10))
+    with pytest.raises(SandboxUnreachable, match="HTTP 503") as caught:
+        sprite.exec("echo ran >> /root/never")
+    assert caught.value.retryable and [r.status for r in fake.recorded("WS")] == [503] * 3
+    fake.reset()
+    assert sprite.exec("cat /root/never 2>/dev/null || echo absent").stdout == "absent\n"
+
+
 # files --------------------------------------------------------------------------------------------
 def test_each_written_file_is_one_fs_write_with_parents_made_by_the_server(
         sprite: SpritesSandbox, fake: FakeSprites) -> None:

@@ -10,6 +10,7 @@ Images without ``$HOME`` exist, so every command gets ``HOME=/root`` explicitly.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +22,7 @@ from hermes_sandboxes.errors import (
     SandboxError,
     SandboxFileNotFound,
     SandboxNotFound,
+    SandboxUnreachable,
     Unsupported,
 )
 from hermes_sandboxes.sandbox import (
@@ -34,6 +36,7 @@ from hermes_sandboxes.sandbox import (
     SandboxState,
 )
 
+from .api import MAX_RETRY_SLEEP_S
 from .process import SpritesProcess, TerminalProcess, terminal_size
 from .wire import ExecCall, ExecSocket, Lost, Refused
 
@@ -138,22 +141,21 @@ class SpritesSandbox(Sandbox):
         return merged
 
     def _connect(self, call: ExecCall) -> ExecSocket:
-        """Open the exec socket. A refusal (429, 5xx) is retried: nothing ran yet. A connection
-        lost during the handshake is not, since the service may already have started the command."""
+        """Open the exec socket. A refusal (429, 5xx) is retried: nothing ran. A connection that
+        fails during the handshake is not: the service may have started the command already."""
         api = self._backend.api
-
-        def attempt() -> ExecSocket:
+        for attempt in range(1, api.attempts + 1):
             try:
                 return ExecSocket(api.base_url, api.token, self.name, call)
             except Refused as refused:
-                raise api.from_status(refused.status, refused.body, "exec", self.name,
-                                      headers=refused.headers) from None
-
-        try:
-            socket: ExecSocket = self._call("exec", attempt)
-        except Lost as exc:
-            raise api.translate(OSError(str(exc)), "exec", self.name) from None
-        return socket
+                error = api.from_status(refused.status, refused.body, "exec", self.name, headers=refused.headers)
+            except Lost as exc:
+                raise SandboxUnreachable(api.redact(
+                    f"Sprite {self.name}: {exc}; the command was not re-tried (it may have started)")) from None
+            if not error.retryable or attempt == api.attempts:
+                raise error
+            time.sleep(min(getattr(error, "retry_after", None) or 0.25 * 2**attempt, MAX_RETRY_SLEEP_S))
+        raise AssertionError("unreachable")
 
     def _run_quiet(self, argv: list[str], stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
         out, err = bytearray(), bytearray()
