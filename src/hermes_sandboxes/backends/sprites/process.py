@@ -17,7 +17,8 @@ import select
 import struct
 import termios
 import threading
-from typing import TYPE_CHECKING
+import tty
+from typing import TYPE_CHECKING, Any
 
 from sprites.session import kill_session
 from websockets.exceptions import ConnectionClosed
@@ -103,10 +104,15 @@ class SpritesProcess(PumpedProcess):
 class TerminalProcess(SpritesProcess):
     """A command on a terminal (the exec WebSocket's TTY mode) whose input is read from the
     caller's descriptor ``fds[0]`` and whose output (stdout and stderr merged, as on any terminal)
-    is written to ``fds[1]``."""
+    is written to ``fds[1]``. The descriptors are duplicated, so the caller may close its own as
+    soon as ``attach`` returns (as with the local backend, which hands them to the sandbox). A
+    terminal there is put in raw mode while the command runs: the remote terminal does the echo
+    and line editing, as ssh does; its size follows the local one."""
 
     def __init__(self, sandbox: SpritesSandbox, socket: ExecSocket, fds: tuple[int, int, int]) -> None:
-        self._in_fd, self._out_fd = fds[0], fds[1]
+        self._in_fd, self._out_fd = os.dup(fds[0]), os.dup(fds[1])
+        self._saved = _raw(self._in_fd)
+        self._size = terminal_size(self._out_fd)
         super().__init__(sandbox, socket, None, self._write_out, None)
         threading.Thread(target=self._copy_in, name=f"sprites-tty-{sandbox.name}", daemon=True).start()
 
@@ -116,16 +122,41 @@ class TerminalProcess(SpritesProcess):
             view = view[os.write(self._out_fd, view):]
 
     def _copy_in(self) -> None:
-        """Typed input to the command until it is done (polling, so the thread ends with it)."""
-        with contextlib.suppress(OSError, ConnectionClosed):
-            while self.poll() is None:
-                ready, _, _ = select.select([self._in_fd], [], [], 0.2)
-                if not ready:
-                    continue
-                data = os.read(self._in_fd, 4096)
-                if not data:
-                    return
-                self._socket.send_raw(data)
+        """Typed input (and window size changes) to the command until it is done."""
+        try:
+            with contextlib.suppress(OSError, ConnectionClosed):
+                while self.poll() is None:
+                    self._follow_size()
+                    ready, _, _ = select.select([self._in_fd], [], [], 0.2)
+                    if not ready:
+                        continue
+                    data = os.read(self._in_fd, 4096)
+                    if not data:
+                        break
+                    self._socket.send_raw(data)
+            with contextlib.suppress(Exception):  # its outcome is wait()'s business
+                self.wait()
+        finally:
+            if self._saved is not None:
+                with contextlib.suppress(termios.error):
+                    termios.tcsetattr(self._in_fd, termios.TCSADRAIN, self._saved)
+            os.close(self._in_fd)
+            os.close(self._out_fd)
+
+    def _follow_size(self) -> None:
+        size = terminal_size(self._out_fd)
+        if size != self._size:
+            self._size = size
+            self._socket.resize(*size)
+
+
+def _raw(fd: int) -> list[Any] | None:
+    """Put the terminal on ``fd`` in raw mode; its previous attributes (None: not a terminal)."""
+    if not os.isatty(fd):
+        return None
+    saved = termios.tcgetattr(fd)
+    tty.setraw(fd, termios.TCSANOW)
+    return saved
 
 
 def terminal_size(fd: int) -> tuple[int, int]:
