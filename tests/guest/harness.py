@@ -68,7 +68,7 @@ def _script(tests: list[str], out: str) -> str:
         f"{python} -c 'from hermes_sandboxes.backends.local import cgroups; p = cgroups.probe(); "
         "print(\"hsg: cgroup version\", p.version, \"limits\", sorted(p.limits), \"missing\", p.missing)'",
         # -p no:cacheprovider: the checkout is read-only in the guest (its writes would be lost anyway)
-        f"{python} -m pytest -q -p no:cacheprovider -o addopts= --junitxml={out}/junit.xml "
+        f"{python} -m pytest -q -p no:cacheprovider -o addopts= --durations=10 --junitxml={out}/junit.xml "
         + " ".join(shlex.quote(t) for t in tests),
     ]) + "\n"
 

@@ -2,7 +2,8 @@
 whose only cgroup hierarchy is v2 (this host keeps its controllers on v1; see harness.py).
 
 Python in the emulated guest is 12-18x slower than here, so only a focused subset runs there: the
-limits, the containment tests and the timeouts and kills that rest on freezing and cgroup.kill.
+limits, the containment tests and the timeouts and kills that rest on freezing and cgroup.kill
+(about two minutes, boot included; the slowest of the local tests stay on the host only).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from tests.guest import harness
 
 GUEST_TESTS = [
     "tests/local/test_limits.py",
-    "tests/local/test_cgroups.py",
+    "tests/local/test_cgroups.py::test_the_init_and_its_commands_are_in_their_own_group_in_every_hierarchy",
+    "tests/local/test_cgroups.py::test_a_cgroup_mount_in_the_sandboxs_namespace_sees_only_its_box",
+    "tests/local/test_cgroups.py::test_root_inside_cannot_reach_host_groups_nor_lift_its_limits",
+    "tests/local/test_cgroups.py::test_the_shared_parent_carries_a_ceiling_for_all_sandboxes_together",
+    "tests/local/test_cgroups.py::test_doctor_says_which_cgroup_version_is_in_use_and_that_nothing_is_missing",
     "tests/local/test_processes.py::test_a_timeout_returns_124_and_says_so",
     "tests/local/test_processes.py::test_a_timeout_kills_setsid_nohup_and_double_forked_children_but_not_an_earlier_daemon",
     "tests/local/test_processes.py::test_kill_from_start_ends_the_command_and_everything_it_started",
-    "tests/local/test_processes.py::test_many_commands_leave_no_cgroup_or_descriptor_behind",
     "tests/local/test_persistence.py::test_after_stop_the_next_exec_starts_the_init_again_and_files_are_there",
     "tests/local/test_interrupted.py::test_a_checkpoint_killed_midway_leaves_the_sandbox_usable_and_lists_nothing_partial[btrfs]",
 ]

@@ -176,3 +176,15 @@ def test_destroying_a_sandbox_leaves_the_same_name_in_another_store_alone(local_
         finally:
             first.destroy()
             second.destroy()
+
+
+def test_doctor_says_which_cgroup_version_is_in_use_and_that_nothing_is_missing(sandbox: LocalSandbox) -> None:
+    sh(sandbox, "true")
+    version = cgroup_version(sandbox)
+    checks = {c.label: c for c in sandbox.backend.doctor()}
+    in_use = checks[f"cgroup v{version} in use (freezing, killing a command's tree)"]
+    assert in_use.ok, in_use.detail
+    for controller in ("memory", "pids", "cpu"):
+        assert checks[f"cgroup v{version} {controller} (limits)"].ok
+    if version == 1:
+        assert checks["every cgroup hierarchy joined (no host group reachable)"].detail == "yes"
