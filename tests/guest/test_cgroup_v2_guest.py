@@ -3,7 +3,9 @@ whose only cgroup hierarchy is v2 (this host keeps its controllers on v1; see ha
 
 Python in the emulated guest is 12-18x slower than here, so only a focused subset runs there: the
 limits, the containment tests and the timeouts and kills that rest on freezing and cgroup.kill
-(about two minutes, boot included; the slowest of the local tests stay on the host only).
+(about two minutes, boot included; the slowest of the local tests stay on the host only). Tests
+that give a command a fixed second or so are left out: under emulation on a busy host a shell may
+not even start within it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ GUEST_TESTS = [
     "tests/local/test_cgroups.py::test_root_inside_cannot_reach_host_groups_nor_lift_its_limits",
     "tests/local/test_cgroups.py::test_the_shared_parent_carries_a_ceiling_for_all_sandboxes_together",
     "tests/local/test_cgroups.py::test_doctor_says_which_cgroup_version_is_in_use_and_that_nothing_is_missing",
-    "tests/local/test_processes.py::test_a_timeout_returns_124_and_says_so",
+    "tests/local/test_processes.py::test_the_children_exist_until_the_timeout",
     "tests/local/test_processes.py::test_a_timeout_kills_setsid_nohup_and_double_forked_children_but_not_an_earlier_daemon",
     "tests/local/test_processes.py::test_kill_from_start_ends_the_command_and_everything_it_started",
     "tests/local/test_persistence.py::test_after_stop_the_next_exec_starts_the_init_again_and_files_are_there",

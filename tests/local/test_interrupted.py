@@ -30,7 +30,9 @@ def _killed_at(point: str, sb: LocalSandbox, operation: str, check_paused: objec
     env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
     child = subprocess.Popen([PYTHON, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: marker.exists() or child.poll() is not None, f"the operation to pause at {point}", 60)
+        # the marker is created, then written: wait for its content (seen empty in the slow guest)
+        wait_for(lambda: (marker.exists() and bool(marker.read_text().strip())) or child.poll() is not None,
+                 f"the operation to pause at {point}", 60)
         assert child.poll() is None, f"the operation ended early: {child.stderr.read() if child.stderr else ''}"
         assert marker.read_text().strip() == str(child.pid)
         if callable(check_paused):
