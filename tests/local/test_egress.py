@@ -221,6 +221,21 @@ def test_a_proxy_that_died_is_started_again_by_the_next_command(
     assert init_state(plain)["egress"]["pid"] != proxy["pid"]
 
 
+FORWARDERS = "ps -eo pid=,ppid=,args= | awk '$2 == 1 && $3 == \"hermes-sandboxes-init\" {print $1}'"
+
+
+def test_a_forwarder_killed_from_inside_is_started_again(plain: LocalSandbox, http_a: egress_kit.Server) -> None:
+    """An agent's ``pkill python3`` takes the forwarder (a child of the init) with it; the init
+    starts another."""
+    forwarders = sh(plain, FORWARDERS).stdout.split()
+    assert len(forwarders) == 1, forwarders
+    sh(plain, f"kill -9 {forwarders[0]}")
+    wait_for(lambda: plain.exec(f"{CURL} {http_a.url}/simple/hsbdemo/").exit_code == 0,
+             "the network to come back through a new forwarder", timeout=10)
+    again = sh(plain, FORWARDERS).stdout.split()
+    assert len(again) == 1 and again != forwarders
+
+
 def test_stopping_or_destroying_the_sandbox_kills_its_proxy(local_backend: LocalBackend) -> None:
     with new_sandbox(local_backend, SandboxSpec(network="proxy")) as sb:
         sh(sb, "true")

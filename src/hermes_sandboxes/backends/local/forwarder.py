@@ -64,9 +64,9 @@ def _serve(listener: socket.socket, path: str) -> None:
         threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
 
 
-def start(close: list[int]) -> int:
+def start() -> int:
     """Bind the port (so it is there before any command runs), fork the forwarder, return its pid.
-    ``close``: descriptors of the init the forwarder must not keep (its control socket...)."""
+    The forwarder keeps no descriptor of the init's (control socket, cgroup files...)."""
     os.makedirs(INSIDE_DIR, mode=0o755, exist_ok=True)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -78,8 +78,9 @@ def start(close: list[int]) -> int:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
                 signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
-            for fd in close:
-                os.close(fd)
+            keep = listener.fileno()
+            os.closerange(3, keep)
+            os.closerange(keep + 1, 1 << 16)
             _serve(listener, f"{INSIDE_DIR}/{SOCKET_NAME}")
         finally:
             os._exit(1)

@@ -30,6 +30,7 @@ from hermes_sandboxes.backends.local import syscalls as sc
 
 TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # Capabilities root inside keeps (Docker's default set without CAP_MKNOD). Everything else,
@@ -85,6 +86,10 @@ def _exit_code(status: int) -> int:
 
 
 class Init:
+    # network "proxy": the forwarder's pid and how to start it again (root inside may kill it)
+    forwarder_pid = 0
+    start_forwarder: Callable[[], int] | None = None
+
     def __init__(self, listener: socket.socket, freezer_fd: int, helper_caps: frozenset[int]) -> None:
         self.listener = listener
         self.helper_caps = helper_caps
@@ -169,6 +174,16 @@ class Init:
         self.children[pid] = (conn, group)
         return pid
 
+    def _restart_forwarder(self) -> None:
+        """A command killed the proxy forwarder (``pkill python3`` would): start another, so the
+        sandbox keeps its network. Something else may hold the port by now: then it stays down."""
+        assert self.start_forwarder is not None
+        try:
+            self.forwarder_pid = self.start_forwarder()
+        except OSError as exc:
+            self.forwarder_pid = 0
+            sys.stderr.write(f"hermes-sandboxes init: cannot start the proxy forwarder again: {exc}\n")
+
     def _reap(self, wake: socket.socket) -> None:
         try:
             while wake.recv(4096):
@@ -184,6 +199,8 @@ class Init:
                 break
             entry = self.children.pop(pid, None)
             if entry is None:
+                if pid == self.forwarder_pid and self.start_forwarder is not None:
+                    self._restart_forwarder()
                 continue
             conn, group = entry
             self.idle_groups.add(group)
@@ -308,11 +325,13 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     # let `kill -INT 1` end the sandbox. Ignored here; commands get the default back at spawn.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if cfg["network"] == "proxy":
-        forwarder.start([listener.fileno(), ready_w, freezer_fd])
+    forwarder_pid = forwarder.start() if cfg["network"] == "proxy" else 0
     os.write(ready_w, b"ok")
     os.close(ready_w)
-    Init(listener, freezer_fd, caps).serve()
+    init = Init(listener, freezer_fd, caps)
+    if forwarder_pid:
+        init.forwarder_pid, init.start_forwarder = forwarder_pid, forwarder.start
+    init.serve()
 
 
 def launch(cfg: dict[str, Any]) -> int:
