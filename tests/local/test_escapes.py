@@ -34,7 +34,7 @@ from hermes_sandboxes.backends.local import syscalls as sc
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.sandbox import SandboxSpec
 from tests.conftest import teardown_backend
-from tests.local.kit import cgroup_dir, init_state, new_sandbox, pid_alive, register_home, sh
+from tests.local.kit import cgroup_dir, fresh_name, init_state, new_sandbox, pid_alive, register_home, sh
 
 VISIBLE_PARENT = "/srv"  # on the root filesystem and masked by nothing: what a sandbox sees of the host
 PROBE = Path(__file__).with_name("syscall_probe.py")
@@ -190,7 +190,7 @@ def victims() -> Iterator[Victims]:
             home = register_home(Path(tempfile.mkdtemp(prefix=f"hsl-v{kind}-", dir=VISIBLE_PARENT)))
             backend = LocalBackend(home, store=kind, image_size="1G")  # type: ignore[arg-type]
             backends.append(backend)
-            sb = backend.create(f"victim-{kind}")
+            sb = backend.create(fresh_name())  # unique: cgroup paths are shared by every store's sandboxes
             sb.write_file("/root/secret.txt", secret.encode())
             sb.stop()
         image.write_bytes(secret.encode() * 1024)
@@ -315,7 +315,7 @@ def test_a_store_created_while_a_sandbox_runs_is_hidden_from_it_at_once(attacker
     with contextlib.ExitStack() as cleanup:
         backend = LocalBackend(home, store="copy")
         cleanup.callback(teardown_backend, backend)
-        sb = backend.create("late")  # the store's first sandbox registers it
+        sb = backend.create(fresh_name())  # the store's first sandbox registers it
         sb.write_file("/root/late.txt", secret.encode())
         assert any(p.read_text() == secret for p in home.rglob("late.txt"))
         result = attacker.exec(f"ls -A {home}; grep -rl {secret} {home}; echo grep=$?")

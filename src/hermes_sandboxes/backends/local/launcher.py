@@ -90,6 +90,7 @@ def start_init(name: str, config: dict[str, Any], store_home: Path,
         _refill()
     code = ahead.returncode
     if code != 0:
-        detail = err.decode(errors="replace").strip() or "no detail"
+        detail = err.decode(errors="replace").strip() or (
+            f"its launcher was killed by signal {-code}" if code < 0 else f"its launcher exited with {code}")
         raise SandboxError(f"sandbox {name} failed to start: {detail} (see {config['log']})")
     return int(out.strip())
