@@ -17,14 +17,17 @@ import pytest
 from hermes_sandboxes.backends.e2b import E2BBackend, E2BSandbox, scope_digest
 from hermes_sandboxes.backends.e2b_settings import E2BSettings
 from hermes_sandboxes.errors import (
+    AuthenticationFailed,
     CheckpointNotFound,
     InvalidInput,
     SandboxError,
     SandboxExists,
     SandboxFileNotFound,
     SandboxNotFound,
+    SandboxUnreachable,
+    Unsupported,
 )
-from hermes_sandboxes.sandbox import SandboxSpec
+from hermes_sandboxes.sandbox import Limits, SandboxSpec, SandboxState
 from hermes_sandboxes.settings import InvalidSettings, validate_settings
 from tests.fakes.e2b import API_KEY, FakeE2B
 
@@ -204,6 +207,7 @@ def test_a_paused_sandbox_is_resumed_by_the_next_command(fake: FakeE2B, backend:
         sb.stop()
         assert fake.calls("POST", f"/sandboxes/{sb.sandbox_id}/pause")
         assert fake.sandbox(sb.sandbox_id).state == "paused"
+        assert [i.state for i in backend.list()] == [SandboxState.PAUSED]
         assert sb.exec("cat /home/user/notes.txt").stdout == "kept"
         fake.expire(sb.sandbox_id)  # the lease ran out: E2B paused it
         assert backend.open("work").exec("echo back").stdout == "back\n"
@@ -256,21 +260,33 @@ def test_errors_are_mapped_and_never_show_the_key(
         with pytest.raises(SandboxError) as exc:  # now the lease is unknown: it is extended first
             sb.exec("true")
         assert API_KEY not in str(exc.value) and "[REDACTED:E2B_API_KEY]" in str(exc.value)
-        assert type(exc.value).__name__ in ("SandboxUnreachable", "ExecFailed")
+        assert isinstance(exc.value, SandboxUnreachable) and exc.value.retryable
         fake.drop_stream(after_events=3)  # the start event and two chunks get through
         with pytest.raises(SandboxError):
             sb.exec("while true; do echo tick; sleep 0.05; done", timeout=120)
         assert fake.calls(rpc="Process/SendSignal")  # the command whose stream broke was stopped
         assert sb.exec("echo ok").stdout == "ok\n"
     wrong = E2BBackend(api_key="e2b_wrong_key", api_url=fake.url, sandbox_url=fake.url)
-    with pytest.raises(SandboxError) as auth:
+    with pytest.raises(AuthenticationFailed) as auth:
         wrong.list()
     assert "e2b_wrong_key" not in str(auth.value)
     with pytest.raises(SandboxNotFound):
         backend.get("never-made")
     assert E2BBackend(api_key="").unavailable_reason() is not None
-    with pytest.raises(InvalidInput):
-        backend.open("x", SandboxSpec(network="loopback"))
+
+
+def test_a_spec_picks_posture_template_and_labels_and_the_rest_is_refused(fake: FakeE2B, backend: E2BBackend) -> None:
+    for spec in (SandboxSpec(network="proxy", allow=("example.com",)), SandboxSpec(limits=Limits(pids=10)),
+                 SandboxSpec(idle_timeout=60)):
+        with pytest.raises(Unsupported):
+            backend.open("refused", spec)
+    assert not fake.calls("POST", "/v2/sandboxes")
+    with opened(backend, "offline", spec=SandboxSpec(network="none", image="base", labels={"team": "infra"})) as sb:
+        (create,) = fake.calls("POST", "/v2/sandboxes")
+        assert create.body["allow_internet_access"] is False and create.body["templateID"] == "base"
+        assert create.body["metadata"]["team"] == "infra"
+        offline = backend.settings.model_copy(update={"allow_internet_access": False})
+        assert sb.scope == scope_digest(backend.profile, "offline", offline, persistent=True)  # posture is identity
 
 
 @pytest.mark.parametrize(("raw", "key"), [

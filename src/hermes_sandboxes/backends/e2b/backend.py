@@ -35,6 +35,7 @@ from hermes_sandboxes.errors import (
     SandboxError,
     SandboxExists,
     SandboxNotFound,
+    Unsupported,
 )
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.sandbox import (
@@ -65,7 +66,7 @@ class E2BBackend(Backend):
         self._opts: dict[str, Any] = {k: v for k, v in (("api_url", api_url), ("sandbox_url", sandbox_url),
                                                        ("domain", domain), ("request_timeout", request_timeout))
                                      if v is not None}
-        self._redactor = Redactor({API_KEY_ENV: self._api_key} if self._api_key else {})
+        self.redactor = Redactor({API_KEY_ENV: self._api_key} if self._api_key else {})
         where = api_url or domain or os.environ.get("E2B_API_URL") or os.environ.get("E2B_DOMAIN") or "e2b.app"
         self._key = "e2b-" + hashlib.sha256(f"{where}\0{self.profile}".encode()).hexdigest()[:12]
         self.owner = hashlib.sha256(self.profile.encode()).hexdigest()[:16]
@@ -95,7 +96,7 @@ class E2BBackend(Backend):
         except SandboxError:
             raise
         except Exception as exc:
-            raise map_error(exc, what, self._redactor) from None
+            raise map_error(exc, what, self.redactor) from None
 
     def close(self) -> None:
         """Nothing to release: the SDK's connection pool is process-wide."""
@@ -127,8 +128,9 @@ class E2BBackend(Backend):
                         len(found), name, found[0].sandbox_id)
         return found[0] if found else None
 
-    def _metadata(self, name: str, scope: str, ephemeral: bool) -> dict[str, str]:
-        return {**self.settings.metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name,
+    def _metadata(self, name: str, scope: str, ephemeral: bool,
+                  settings: E2BSettings | None = None) -> dict[str, str]:
+        return {**(settings or self.settings).metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name,
                 OWNER_KEY: self.owner, EPHEMERAL_KEY: "true" if ephemeral else "false",
                 CREATED_KEY: f"{time.time():.3f}"}
 
@@ -138,16 +140,29 @@ class E2BBackend(Backend):
         return self.settings.lease_seconds
 
     # the contract --------------------------------------------------------------------------------
+    def check_spec(self, spec: SandboxSpec) -> None:
+        """E2B sizes a sandbox by its template and knows two network postures; it keeps the lease
+        in the settings. Anything else in a spec is refused, never ignored."""
+        super().check_spec(spec)
+        if spec.idle_timeout is not None:
+            raise Unsupported("the e2b backend takes its lease from the setting lease_seconds, not from "
+                              "the spec's idle_timeout")
+        for key, value in spec.labels.items():
+            if not isinstance(key, str) or not key or not isinstance(value, str):
+                raise InvalidInput(f"label {key!r}: E2B metadata takes non-empty text keys and text values")
+
     def _effective(self, spec: SandboxSpec | None) -> E2BSettings:
-        """The settings a sandbox is made with. A spec's network picks the posture ("host": internet,
-        "none": no egress); E2B knows no other and sizes sandboxes by template, so the rest is refused."""
+        """The settings a sandbox is made with. A spec's network picks the posture: "host" has the
+        internet, "none" and "loopback" deny all egress (the sandbox's own loopback stays); its
+        image names the template; its labels join the metadata (the identity keys still win)."""
         if spec is None:
             return self.settings
-        if spec.network not in ("none", "host"):
-            raise InvalidInput(f"the e2b backend gives network 'host' or 'none', not {spec.network!r}")
-        if any(v is not None for v in vars(spec.limits).values()):
-            raise InvalidInput("the e2b backend cannot set limits: E2B sizes a sandbox by its template")
-        return self.settings.model_copy(update={"allow_internet_access": spec.network == "host"})
+        self.check_spec(spec)
+        return self.settings.model_copy(update={
+            "allow_internet_access": spec.network == "host",
+            "template": spec.image or self.settings.template,
+            "metadata": {**self.settings.metadata, **spec.labels},
+        })
 
     def open(self, name: str, spec: SandboxSpec | None = None) -> E2BSandbox:
         validate_name(name)
@@ -200,11 +215,12 @@ class E2BBackend(Backend):
         lease_until = time.monotonic() + lease
         try:
             sdk = e2b.Sandbox.create(
-                template=template or settings.template, timeout=lease, metadata=self._metadata(name, scope, ephemeral),
+                template=template or settings.template, timeout=lease,
+                metadata=self._metadata(name, scope, ephemeral, settings),
                 allow_internet_access=settings.allow_internet_access, lifecycle=lifecycle(not ephemeral),
                 **self.opts)
         except Exception as exc:
-            error = map_error(exc, f"create sandbox {name}", self._redactor)
+            error = map_error(exc, f"create sandbox {name}", self.redactor)
             if transient(exc):
                 # the reply may be what was lost: the sandbox may exist and be billed; find it by identity
                 with contextlib.suppress(SandboxError):

@@ -8,12 +8,15 @@ from connectrpc.errors import ConnectError
 
 from hermes_sandboxes.backends.e2b.identity import API_KEY_ENV
 from hermes_sandboxes.errors import (
-    BackendUnavailable,
+    AuthenticationFailed,
     ExecFailed,
     InvalidInput,
+    QuotaExceeded,
+    RateLimited,
     SandboxError,
     SandboxFileNotFound,
     SandboxNotFound,
+    SandboxUnreachable,
 )
 from hermes_sandboxes.secrets import Redactor
 
@@ -29,31 +32,21 @@ def transient(exc: BaseException) -> bool:
 
 def map_error(exc: BaseException, what: str, redactor: Redactor) -> SandboxError:
     """An SDK or transport failure as one of our cause classes, its message redacted."""
-    from hermes_sandboxes import errors
-
     detail = redactor.redact(str(exc).strip() or type(exc).__name__)
     message = f"E2B: {what} failed: {detail}"
-    cls: type[SandboxError]
+    status = getattr(exc, "status_code", None)
     if isinstance(exc, e2b.FileNotFoundException):
         return SandboxFileNotFound(message)
     if isinstance(exc, e2b.AuthenticationException):
-        cls = getattr(errors, "AuthenticationFailed", BackendUnavailable)
-        return cls(f"{message}. Check {API_KEY_ENV}.")
+        return AuthenticationFailed(f"{message}. Check {API_KEY_ENV}.")
     if isinstance(exc, e2b.RateLimitException):
-        cls = getattr(errors, "RateLimited", ExecFailed)
-        return cls(message)
-    if isinstance(exc, e2b.NotEnoughSpaceException):
-        cls = getattr(errors, "QuotaExceeded", ExecFailed)
-        return cls(message)
+        return RateLimited(message)
+    if isinstance(exc, e2b.NotEnoughSpaceException) or status in (402, 403):
+        return QuotaExceeded(message)
     if isinstance(exc, (e2b.SandboxNotFoundException, e2b.NotFoundException)):
         return SandboxNotFound(message)
     if isinstance(exc, e2b.InvalidArgumentException):
         return InvalidInput(message)
-    status = getattr(exc, "status_code", None)
     if transient(exc):
-        cls = getattr(errors, "SandboxUnreachable", ExecFailed)
-        return cls(f"{message}; retry, the sandbox may be busy or the connection was lost")
-    if isinstance(status, int) and status in (402, 403):
-        cls = getattr(errors, "QuotaExceeded", ExecFailed)
-        return cls(message)
+        return SandboxUnreachable(f"{message}; retry, the sandbox may be busy or the connection was lost")
     return ExecFailed(message)

@@ -56,12 +56,8 @@ def _info(s: e2b.SandboxInfo) -> SandboxInfo:
     return SandboxInfo(
         name=s.metadata.get(NAME_KEY, s.sandbox_id), backend="e2b",
         ephemeral=s.metadata.get(EPHEMERAL_KEY) == "true",
-        state=SandboxState.RUNNING if s.state == e2b.SandboxState.RUNNING else _paused_state(),
+        state=SandboxState.RUNNING if s.state == e2b.SandboxState.RUNNING else SandboxState.PAUSED,
         created_at=float(created) if created else s.started_at.timestamp(), spec=SandboxSpec())
-
-
-def _paused_state() -> SandboxState:
-    return getattr(SandboxState, "PAUSED", SandboxState.STOPPED)  # PAUSED arrives with the new contract
 
 
 class E2BSandbox(Sandbox):
@@ -84,10 +80,15 @@ class E2BSandbox(Sandbox):
         return self._backend
 
     @property
+    def sdk(self) -> e2b.Sandbox:
+        """The SDK's handle on this sandbox (replaced when a resume brings new envd credentials)."""
+        return self._sdk
+
+    @property
     def sandbox_id(self) -> str:
         return str(self._sdk.sandbox_id)
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def call(self, what: str, fn: Callable[[], T]) -> T:
         return self._backend.call(f"{what} (sandbox {self.name}, {self.sandbox_id})", fn)
 
     def extend_lease(self, seconds: int) -> None:
@@ -95,7 +96,7 @@ class E2BSandbox(Sandbox):
         resumes. The SDK object is replaced, since a resumed sandbox may have new envd credentials."""
         sandbox_id = self.sandbox_id
         asked = time.monotonic()
-        self._sdk = self._call("extend the lease", lambda: e2b.Sandbox.connect(
+        self._sdk = self.call("extend the lease", lambda: e2b.Sandbox.connect(
             sandbox_id, timeout=seconds, **self._backend.opts))
         with self._lease_lock:
             self._lease_until = max(self._lease_until, asked + seconds)
@@ -125,15 +126,15 @@ class E2BSandbox(Sandbox):
         """``fn`` against envd; a sandbox found paused (by another process's stop(), or its lease
         running out) is resumed with the extend-only connect and ``fn`` tried once more."""
         try:
-            return self._call(what, fn)
+            return self.call(what, fn)
         except SandboxError as exc:
             if not isinstance(exc.__context__, e2b.SandboxNotRunningException):
                 raise
         self.extend_lease(self._backend.lease(self.ephemeral))
-        return self._call(what, fn)
+        return self.call(what, fn)
 
     def info(self) -> SandboxInfo:
-        return _info(self._call("describe", lambda: self._sdk.get_info()))
+        return _info(self.call("describe", lambda: self._sdk.get_info()))
 
     # commands ------------------------------------------------------------------------------------
     def exec(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
@@ -179,8 +180,8 @@ class E2BSandbox(Sandbox):
         handle = self._resuming("start a command", run)
         sdk = self._sdk
         if stdin is not None:
-            self._call("send input", lambda: sdk.commands.send_stdin(handle.pid, stdin))
-            self._call("close input", lambda: sdk.commands.close_stdin(handle.pid))
+            self.call("send input", lambda: sdk.commands.send_stdin(handle.pid, stdin))
+            self.call("close input", lambda: sdk.commands.close_stdin(handle.pid))
         return E2BProcess(self, handle, on_stdout, on_stderr)
 
     # files ---------------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ class E2BSandbox(Sandbox):
         path = self._absolute(path)
         self._resuming(f"write {path}", lambda: self._sdk.files.write(path, data, use_octet_stream=True))
         if mode != 0o644:  # envd writes 0644; anything else costs one more round trip
-            self._call(f"chmod {path}", lambda: self._sdk.commands.run(
+            self.call(f"chmod {path}", lambda: self._sdk.commands.run(
                 shlex.join(["chmod", f"{mode:o}", "--", path]), timeout=60))
 
     def delete_file(self, path: str) -> None:
@@ -211,14 +212,14 @@ class E2BSandbox(Sandbox):
         sandbox_id = self.sandbox_id
         with self._lease_lock:
             self._lease_until = 0.0  # the next command resumes it before it starts
-        self._call("pause", lambda: e2b.Sandbox.pause(sandbox_id, **self._backend.opts))
+        self.call("pause", lambda: e2b.Sandbox.pause(sandbox_id, **self._backend.opts))
 
     def destroy(self) -> None:
         """Kill the sandbox and delete its checkpoints. Idempotent."""
         for checkpoint in self.checkpoints():
             self.delete_checkpoint(checkpoint.id)
         sandbox_id = self.sandbox_id
-        self._call("kill", lambda: e2b.Sandbox.kill(sandbox_id, **self._backend.opts))
+        self.call("kill", lambda: e2b.Sandbox.kill(sandbox_id, **self._backend.opts))
 
     # checkpoints ---------------------------------------------------------------------------------
     def _snapshot_prefix(self) -> str:
@@ -238,7 +239,7 @@ class E2BSandbox(Sandbox):
     def checkpoint(self, comment: str = "") -> Checkpoint:
         created = time.time()
         name = f"{self._snapshot_prefix()}{int(created * 1000)}"
-        snapshot = self._call("snapshot", lambda: self._sdk.create_snapshot(name=name))
+        snapshot = self.call("snapshot", lambda: self._sdk.create_snapshot(name=name))
         if comment:
             self._save_comments({**self._comments(), snapshot.snapshot_id: comment})
         return Checkpoint(id=snapshot.snapshot_id, created_at=created, comment=comment)
@@ -252,7 +253,7 @@ class E2BSandbox(Sandbox):
             return found
 
         prefix = self._snapshot_prefix()
-        for snap in self._call("list snapshots", query):
+        for snap in self.call("list snapshots", query):
             for name in snap.names:
                 match = re.fullmatch(re.escape(prefix) + r"(\d+)", name.split("/")[-1].split(":")[0])
                 if match:
@@ -271,15 +272,15 @@ class E2BSandbox(Sandbox):
             raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
         comments = self._comments()
         backend = self._backend
-        created = self._call("describe", self._sdk.get_info).metadata.get(CREATED_KEY, f"{time.time():.3f}")
+        created = self.call("describe", self._sdk.get_info).metadata.get(CREATED_KEY, f"{time.time():.3f}")
         metadata = {**backend._metadata(self.name, self.scope, self.ephemeral), CREATED_KEY: created}
-        new = self._call("restore", lambda: e2b.Sandbox.create(
+        new = self.call("restore", lambda: e2b.Sandbox.create(
             template=checkpoint_id, timeout=backend.lease(self.ephemeral), metadata=metadata,
             allow_internet_access=self.internet,
             lifecycle=lifecycle(not self.ephemeral), **backend.opts))
         old_id, self._sdk = self.sandbox_id, new
         with contextlib.suppress(SandboxError):
-            self._call("kill the replaced sandbox", lambda: e2b.Sandbox.kill(old_id, **backend.opts))
+            self.call("kill the replaced sandbox", lambda: e2b.Sandbox.kill(old_id, **backend.opts))
         if comments:
             self._save_comments(comments)
 
@@ -291,15 +292,15 @@ class E2BSandbox(Sandbox):
                 raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
             return self._backend.fork(self, new_name, checkpoint_id)
         name = f"{SNAPSHOT_PREFIX}fork-{self.scope[:16]}-{int(time.time() * 1000)}"
-        snapshot = self._call("snapshot", lambda: self._sdk.create_snapshot(name=name))
+        snapshot = self.call("snapshot", lambda: self._sdk.create_snapshot(name=name))
         try:
             return self._backend.fork(self, new_name, snapshot.snapshot_id)
         finally:
             with contextlib.suppress(SandboxError):
-                self._call("delete the fork's snapshot", lambda: e2b.Sandbox.delete_snapshot(
+                self.call("delete the fork's snapshot", lambda: e2b.Sandbox.delete_snapshot(
                     snapshot.snapshot_id, **self._backend.opts))
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
-        if not self._call("delete snapshot", lambda: e2b.Sandbox.delete_snapshot(checkpoint_id,
+        if not self.call("delete snapshot", lambda: e2b.Sandbox.delete_snapshot(checkpoint_id,
                                                                                  **self._backend.opts)):
             raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
