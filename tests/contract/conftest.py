@@ -59,7 +59,19 @@ def _sprites(local: LocalBackend) -> Iterator[Backend]:
         assert not errors, f"the fake Sprites API could not clean up: {errors}"
 
 
-TARGETS: dict[str, Target] = {"local": _local, "local-degraded": _local_degraded, "sprites": _sprites}
+@contextmanager
+def _e2b(local: LocalBackend) -> Iterator[Backend]:
+    """The E2B backend over the loopback fake E2B, whose sandboxes are local sandboxes in ``local``."""
+    from hermes_sandboxes.backends.e2b import E2BBackend
+    from tests.fakes.e2b import API_KEY, FakeE2B
+
+    with FakeE2B(local) as fake, E2BBackend(api_key=API_KEY, profile=f"/contract/{unique_name('p')}",
+                                            api_url=fake.url, sandbox_url=fake.url) as backend:
+        yield backend
+
+
+TARGETS: dict[str, Target] = {"local": _local, "local-degraded": _local_degraded, "sprites": _sprites,
+                              "e2b": _e2b}
 
 
 @pytest.fixture(params=list(TARGETS))

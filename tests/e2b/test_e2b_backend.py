@@ -329,3 +329,15 @@ def test_fork_starts_a_new_named_sandbox_from_now_or_from_a_checkpoint(fake: Fak
         finally:
             now.destroy()
         assert sb.read_file("/home/user/f") == b"two"
+
+
+def test_a_tightened_posture_gives_a_new_sandbox_beside_the_old(backend: E2BBackend) -> None:
+    with opened(backend, "scope") as online, opened(backend, "scope", spec=SandboxSpec(network="none")) as offline:
+        assert offline.created and offline.sandbox_id != online.sandbox_id and offline.scope != online.scope
+        assert backend.open("scope").sandbox_id == online.sandbox_id  # each posture finds its own
+        eph = backend.create_ephemeral(prefix="scope")
+        try:
+            with pytest.raises(SandboxExists):
+                backend.open(eph.name)  # an ephemeral one is never adopted, nor shadowed
+        finally:
+            eph.destroy()

@@ -172,7 +172,22 @@ class E2BBackend(Backend):
         if found is not None:
             return self._attach(found.sandbox_id, name, scope, ephemeral=False, created=False,
                                 internet=settings.allow_internet_access)
+        # A persistent sandbox of this name made with another template or security posture is a
+        # different identity: a new one is made beside it (it pauses on its own). An ephemeral one
+        # of this name is never adopted, and never shadowed either.
+        self._refuse_taken(name, only_ephemeral=True)
         return self._create(name, scope, settings, ephemeral=False)
+
+    def _refuse_taken(self, name: str, *, only_ephemeral: bool = False) -> None:
+        """SandboxExists when this profile already has a sandbox called ``name``."""
+        taken = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner, NAME_KEY: name}, f"find {name}")
+        ephemeral = [s for s in taken if s.metadata.get(EPHEMERAL_KEY) == "true"]
+        if ephemeral:
+            raise SandboxExists(f"an ephemeral sandbox named {name} exists and is never adopted; "
+                                "use another name")
+        if taken and not only_ephemeral:
+            raise SandboxExists(f"a sandbox named {name} exists (made with another template or network "
+                                "posture); remove it or use another name")
 
     def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> E2BSandbox:
         validate_name(name)
@@ -180,6 +195,7 @@ class E2BBackend(Backend):
         scope = scope_digest(self.profile, name, settings, persistent=not ephemeral)
         if self._adoptable(scope, name) is not None:
             raise SandboxExists(f"an E2B sandbox named {name} already exists; use it, or remove it first")
+        self._refuse_taken(name)
         return self._create(name, scope, settings, ephemeral=ephemeral)
 
     def fork(self, source: E2BSandbox, new_name: str, snapshot_id: str) -> E2BSandbox:
@@ -230,6 +246,8 @@ class E2BBackend(Backend):
                                     found.sandbox_id)
                         return self._attach(found.sandbox_id, name, scope, ephemeral=ephemeral, created=True,
                                             internet=settings.allow_internet_access)
+            if getattr(exc, "status_code", None) == 404:  # what create answers for an unknown template
+                raise InvalidInput(f"{error}; check the template (setting template, or the spec's image)") from None
             raise error from None
         return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=True,
                           internet=settings.allow_internet_access, lease_until=lease_until)

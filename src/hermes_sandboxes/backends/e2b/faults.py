@@ -45,7 +45,7 @@ def map_error(exc: BaseException, what: str, redactor: Redactor) -> SandboxError
         return QuotaExceeded(message)
     if isinstance(exc, (e2b.SandboxNotFoundException, e2b.NotFoundException)):
         return SandboxNotFound(message)
-    if isinstance(exc, e2b.InvalidArgumentException):
+    if isinstance(exc, e2b.InvalidArgumentException) or status in (400, 422):
         return InvalidInput(message)
     if transient(exc):
         return SandboxUnreachable(f"{message}; retry, the sandbox may be busy or the connection was lost")
