@@ -20,6 +20,7 @@ from hermes_sandboxes.backends.e2b.identity import (
     EPHEMERAL_FLOOR_S,
     EPHEMERAL_KEY,
     NAME_KEY,
+    NETWORK_KEY,
     OWNER_KEY,
     PLUGIN_KEY,
     PLUGIN_VALUE,
@@ -132,6 +133,7 @@ class E2BBackend(Backend):
                   settings: E2BSettings | None = None) -> dict[str, str]:
         return {**(settings or self.settings).metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name,
                 OWNER_KEY: self.owner, EPHEMERAL_KEY: "true" if ephemeral else "false",
+                NETWORK_KEY: "host" if (settings or self.settings).allow_internet_access else "none",
                 CREATED_KEY: f"{time.time():.3f}"}
 
     def lease(self, ephemeral: bool) -> int:

@@ -15,6 +15,7 @@ NAME_KEY = "hermes_sandboxes_name"  # our contract name, for ls/get
 OWNER_KEY = "hermes_sandboxes_owner"  # digest of the profile: list() shows this profile's sandboxes
 EPHEMERAL_KEY = "hermes_sandboxes_ephemeral"
 CREATED_KEY = "hermes_sandboxes_created"
+NETWORK_KEY = "hermes_sandboxes_network"  # "host" (internet) or "none" (no egress), for ls
 EPHEMERAL_FLOOR_S = 60 + 60  # one Hermes reaper interval + one control-plane request timeout
 
 

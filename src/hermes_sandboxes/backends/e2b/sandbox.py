@@ -19,6 +19,7 @@ from hermes_sandboxes.backends.e2b.identity import (
     CREATED_KEY,
     EPHEMERAL_KEY,
     NAME_KEY,
+    NETWORK_KEY,
     lifecycle,
 )
 from hermes_sandboxes.backends.e2b.process import E2BProcess
@@ -57,7 +58,8 @@ def _info(s: e2b.SandboxInfo) -> SandboxInfo:
         name=s.metadata.get(NAME_KEY, s.sandbox_id), backend="e2b",
         ephemeral=s.metadata.get(EPHEMERAL_KEY) == "true",
         state=SandboxState.RUNNING if s.state == e2b.SandboxState.RUNNING else SandboxState.PAUSED,
-        created_at=float(created) if created else s.started_at.timestamp(), spec=SandboxSpec())
+        created_at=float(created) if created else s.started_at.timestamp(),
+        spec=SandboxSpec(network="host" if s.metadata.get(NETWORK_KEY) == "host" else "none"))
 
 
 class E2BSandbox(Sandbox):
@@ -272,8 +274,8 @@ class E2BSandbox(Sandbox):
             raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
         comments = self._comments()
         backend = self._backend
-        created = self.call("describe", self._sdk.get_info).metadata.get(CREATED_KEY, f"{time.time():.3f}")
-        metadata = {**backend._metadata(self.name, self.scope, self.ephemeral), CREATED_KEY: created}
+        # the replacement carries the very metadata of the sandbox it replaces: identity, labels, age
+        metadata = dict(self.call("describe", self._sdk.get_info).metadata)
         new = self.call("restore", lambda: e2b.Sandbox.create(
             template=checkpoint_id, timeout=backend.lease(self.ephemeral), metadata=metadata,
             allow_internet_access=self.internet,
