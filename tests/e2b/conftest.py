@@ -4,6 +4,8 @@ every test removed the sandboxes it made."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -20,10 +22,29 @@ from tests.conftest import _require_root, make_backend, teardown_backend  # noqa
 from tests.fakes.e2b import API_KEY, FakeE2B  # noqa: E402
 
 
+def _reap_stale_homes() -> None:
+    """Remove the stores of earlier runs killed before their teardown (their owner is gone), so a
+    killed run does not leave a mounted store and a loop device behind for good."""
+    for owner in Path("/tmp").glob("hse-*/owner.pid"):
+        try:
+            pid = int(owner.read_text())
+        except (OSError, ValueError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            continue  # a run still going (this machine runs several at once)
+        with contextlib.suppress(Exception):
+            stale = make_backend(owner.parent)
+            stale.store  # noqa: B018 - open (mount) the store so teardown unmounts it
+            teardown_backend(stale)
+
+
 @pytest.fixture(scope="session")
 def e2b_server() -> Iterator[FakeE2B]:
     _require_root()
-    backend = make_backend(Path(tempfile.mkdtemp(prefix="hse-", dir="/tmp")), image_size="8G")
+    _reap_stale_homes()
+    home = Path(tempfile.mkdtemp(prefix="hse-", dir="/tmp"))
+    (home / "owner.pid").write_text(str(os.getpid()))
+    backend = make_backend(home, image_size="8G")
     try:
         with FakeE2B(backend) as fake:
             yield fake
