@@ -19,7 +19,8 @@ from cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs
 from click.testing import CliRunner
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.cli import cli
+from hermes_sandboxes.cli import cli, signals
+from hermes_sandboxes.cli.running import run_command
 from hermes_sandboxes.cli.session import Session
 from hermes_sandboxes.identity import unique_name
 from hermes_sandboxes.sandbox import Process
@@ -130,7 +131,7 @@ def test_rm_destroys_the_sandbox_with_its_checkpoints(home: Path) -> None:
     name = unique_name("cli")
     ok(home, "create", name)
     ok(home, "checkpoint", "create", name)
-    result = ok(home, "rm", name)  # stdin is not a terminal: no question asked
+    result = ok(home, "rm", name, "--yes")
     assert f"destroyed {name}" in result.stderr
     assert name not in [s["name"] for s in as_json(home, "ls")]
 
@@ -204,7 +205,7 @@ def test_exec_sets_the_environment_and_working_directory(home: Path, box: LocalS
 
 
 def test_exec_with_a_malformed_env_fails_in_one_line(home: Path, box: LocalSandbox) -> None:
-    assert_one_line_error(hs(home, "exec", box.name, "--env", "NOEQUALS", "--", "true"), says="--env")
+    assert_one_line_error(hs(home, "exec", box.name, "--env", "NOEQUALS", "--", "true"), exit_code=2, says="--env")
 
 
 def test_exec_stops_a_command_at_its_timeout_with_exit_124(home: Path, box: LocalSandbox) -> None:
@@ -260,20 +261,28 @@ def test_ctrl_c_during_exec_kills_the_command_inside(home: Path, box: LocalSandb
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
 
 
-def test_a_ctrl_c_that_lands_as_the_command_starts_leaves_nothing_running(
+def test_a_signal_that_lands_as_the_command_starts_leaves_nothing_running_and_is_journaled(
         home: Path, box: LocalSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     real_start = box.start
 
     def start(*args: Any, **kwargs: Any) -> Process:
         proc = real_start(*args, **kwargs)
-        signal.raise_signal(signal.SIGINT)  # the init runs the command; exec has not seen it yet
+        signal.raise_signal(signal.SIGTERM)  # the init runs the command; we do not hold it yet
         return proc
 
     monkeypatch.setattr(box, "start", start)
-    with pytest.raises(KeyboardInterrupt):
-        Session(box, HostState()).exec("sleep 600")
+    restore = signals.install()
+    try:
+        with pytest.raises(signals.Stopped):
+            run_command(Session(box, HostState()), "sleep 600", policy="off", cwd=None, env={}, timeout=None,
+                        stdin=None, announce=lambda *_: None)
+    finally:
+        restore()
     monkeypatch.undo()
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
+    [record, _] = as_json(home, "log", box.name)
+    assert record["command"] == "sleep 600" and record["killed"] is True, record
+    assert record["error"] == "interrupted by SIGTERM", record
 
 
 def test_exec_checkpoints_before_a_risky_command_by_default(home: Path, box: LocalSandbox) -> None:
@@ -320,7 +329,7 @@ def test_run_with_bad_options_fails_in_one_line_and_creates_nothing(home: Path) 
     assert state(home) == before
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_run_destroys_its_sandbox_when_interrupted(home: Path, sig: signal.Signals) -> None:
     before = state(home)
     proc = subprocess.Popen([*CLI, "--home", str(home), "run", "--", "echo started; exec sleep 600"],
@@ -328,7 +337,7 @@ def test_run_destroys_its_sandbox_when_interrupted(home: Path, sig: signal.Signa
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err.decode()
+    assert proc.returncode == 128 + sig, err.decode()
     assert state(home) == before
 
 

@@ -101,7 +101,7 @@ def test_checkpoint_restore_shows_what_it_discards_then_restores(home: Path, box
     ok(home, "exec", box.name, "--", "echo v1 > /root/state")
     taken = ok(home, "checkpoint", "create", box.name, "-m", "v1").stdout.strip()
     ok(home, "exec", box.name, "--checkpoint", "off", "--", "echo v2 > /root/state; rm /usr/bin/git")
-    result = ok(home, "checkpoint", "restore", box.name, taken)  # stdin is not a terminal: no question
+    result = ok(home, "checkpoint", "restore", box.name, taken, "--yes")
     assert "throws away" in result.stdout and "/usr/bin" in result.stdout
     assert "echo v2 > /root/state; rm /usr/bin/git" in result.stdout
     assert f"restored {box.name} to {taken}" in result.stderr
@@ -131,8 +131,30 @@ def test_checkpoint_restore_asks_on_a_terminal_and_declining_changes_nothing(
 def test_checkpoint_rm_deletes_only_that_checkpoint(home: Path, box: LocalSandbox) -> None:
     first = ok(home, "checkpoint", "create", box.name).stdout.strip()
     second = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    ok(home, "checkpoint", "rm", box.name, first)
+    ok(home, "checkpoint", "rm", box.name, first, "--yes")
     assert checkpoint_ids(home, box.name) == [second]
+
+
+@pytest.mark.parametrize("command", [["restore", "{name}", "{id}"], ["rm", "{name}", "{id}"]])
+def test_destructive_checkpoint_commands_refuse_without_yes_when_stdin_is_not_a_terminal(
+        home: Path, box: LocalSandbox, command: list[str]) -> None:
+    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
+    ok(home, "exec", box.name, "--", "echo after > /root/after")
+    before = state(home, box.name)
+    result = hs(home, "checkpoint", *(p.format(name=box.name, id=taken) for p in command), input="y\n")
+    assert_one_line_error(result, exit_code=2, says="add --yes")
+    assert state(home, box.name) == before
+    assert box.read_file("/root/after") == b"after\n"
+
+
+def test_checkpoint_rm_on_a_terminal_shows_the_checkpoint_and_asks(home: Path, box: LocalSandbox) -> None:
+    taken = ok(home, "checkpoint", "create", box.name, "-m", "keep me").stdout.strip()
+    term = Pty([*CLI, "--home", str(home), "checkpoint", "rm", box.name, taken])
+    term.expect(b"keep me")
+    term.expect(b"[y/N]")
+    term.send(b"n\r")
+    assert term.finish() == 1 and b"cancelled" in term.seen
+    assert checkpoint_ids(home, box.name) == [taken]
 
 
 @pytest.mark.parametrize("command", [
@@ -163,7 +185,7 @@ def test_log_shows_the_audit_trail_oldest_first(home: Path) -> None:
         assert hs(home, "exec", name, "--", "exit 5").exit_code == 5
         taken = ok(home, "checkpoint", "create", name, "-m", "marked").stdout.strip()
         ok(home, "checkpoint", "restore", name, taken, "--yes")
-        ok(home, "checkpoint", "rm", name, taken)
+        ok(home, "checkpoint", "rm", name, taken, "--yes")
         records = as_json(home, "log", name)
         assert [r["type"] for r in records] == ["create", "exec", "checkpoint", "restore", "checkpoint_delete"]
         assert records[1]["command"] == "exit 5" and records[1]["exit_code"] == 5

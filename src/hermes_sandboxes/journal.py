@@ -329,9 +329,24 @@ def _scrub_record(data: Mapping[str, Any], redact: RedactFn) -> dict[str, Any]:
     return {k: v if k in _STRUCTURAL_FIELDS else _scrub(v, redact) for k, v in data.items()}
 
 
+def utf8_safe(text: str) -> str:
+    """``text`` as valid UTF-8: bytes that were not (Python keeps them as surrogate escapes in
+    argv, file names and decoded output) become ``\\xNN``, so the record says what they were."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that escapes no byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def _scrub(value: Any, redact: RedactFn) -> Any:
     if isinstance(value, str):
-        value = redact(value)
+        value = utf8_safe(redact(value))
         if len(value) > MAX_FIELD_CHARS:
             dropped = len(value) - MAX_FIELD_CHARS
             value = value[:MAX_FIELD_CHARS] + _TRUNCATION_MARK.format(dropped)

@@ -76,6 +76,7 @@ from hermes_sandboxes.sandbox import (
     OutputSink,
     Process,
     Sandbox,
+    Stdin,
 )
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
 
@@ -344,7 +345,7 @@ class RecordedSandbox:
         internal: bool = False,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
     ) -> RecordedProcess:
@@ -376,7 +377,7 @@ class RecordedSandbox:
         internal: bool = False,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
         timeout: float | None = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,

@@ -10,6 +10,12 @@ Rules every backend keeps (the conformance suite in tests/contract/ checks them)
   only one form converts: an argv becomes ``shlex.join(argv)`` for a shell-only service, a string
   becomes ``["bash", "-c", command]`` for an argv-only one. Commands get a fresh environment
   (never the host's) with ``HOME`` set to ``Sandbox.home``, plus the ``env`` given.
+- **Stdin.** ``stdin`` is None (the command reads end-of-file at once), ``bytes`` (written to the
+  command, then end-of-file), or a readable binary file object (``Stdin``): read in chunks as the
+  command consumes them and passed on until the object's end-of-file, which the command then sees.
+  A stream is never read whole into memory (it may be endless, ``yes | ...``), is read on a thread
+  of the backend's own so output keeps flowing, and is not closed by the backend; what the command
+  leaves unread when it exits is dropped.
 - **Exit codes.** The command's own code; ``TIMEOUT_EXIT_CODE`` (124) when ``exec`` stopped it at
   its deadline; 128+N when signal N killed it.
 - **Kill.** ``Process.kill()`` kills the command. With ``Capability.TREE_KILL`` it also kills every
@@ -33,7 +39,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from hermes_sandboxes.capture import BoundedCapture
 from hermes_sandboxes.errors import InvalidInput, SandboxUnreachable, Unsupported
@@ -47,6 +53,8 @@ NETWORK_MODES: tuple[NetworkMode, ...] = ("none", "loopback", "host", "proxy")
 # where the sandbox has no bash).
 Command = str | Sequence[str]
 OutputSink = Callable[[bytes], None]
+# What a command reads: nothing, these bytes, or a binary stream read until its end (see Stdin rule).
+Stdin = bytes | BinaryIO | None
 
 TIMEOUT_EXIT_CODE = 124  # what `timeout(1)` and Hermes use for a command stopped by its deadline
 KILL_GRACE_S = 30.0  # how long exec waits for a killed command before calling the sandbox unreachable
@@ -252,7 +260,7 @@ class Sandbox(ABC):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
     ) -> Process:
@@ -264,7 +272,7 @@ class Sandbox(ABC):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
         timeout: float | None = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
@@ -313,7 +321,7 @@ class Sandbox(ABC):
         *,
         cwd: str | None,
         env: Mapping[str, str] | None,
-        stdin: bytes | None,
+        stdin: Stdin,
         on_stdout: OutputSink,
         on_stderr: OutputSink,
     ) -> Process:

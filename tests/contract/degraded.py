@@ -27,6 +27,7 @@ from hermes_sandboxes.sandbox import (
     Sandbox,
     SandboxInfo,
     SandboxSpec,
+    Stdin,
 )
 from hermes_sandboxes.settings import BackendSettings
 
@@ -61,7 +62,7 @@ class DegradedSandbox(Sandbox):
         self._inner.stop()
 
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              stdin: Stdin = None, on_stdout: OutputSink | None = None,
               on_stderr: OutputSink | None = None) -> Process:
         return self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
 

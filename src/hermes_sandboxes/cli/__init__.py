@@ -1,5 +1,36 @@
-"""The ``hermes-sandboxes`` command-line tool (entry point ``hermes_sandboxes.cli:main``)."""
+"""The ``hermes-sandboxes`` command-line tool (entry point ``hermes_sandboxes.cli:main``).
 
-from hermes_sandboxes.cli.app import cli, main
+``main`` imports the click application only when it runs, inside its own Ctrl-C guard: an
+interrupt while Python is still importing ends the command quietly (exit 130), not with a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import click
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    try:
+        from hermes_sandboxes.cli.app import main as app_main
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
+    app_main(argv)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "cli":  # the click group, for tests and embedding (imported on first use)
+        from hermes_sandboxes.cli.app import cli
+
+        return cli
+    raise AttributeError(name)
+
 
 __all__ = ["cli", "main"]
+
+if TYPE_CHECKING:
+    cli: click.Group

@@ -1,5 +1,5 @@
 """``python -m hermes_sandboxes.cli``: the same as the ``hermes-sandboxes`` console script."""
 
-from hermes_sandboxes.cli.app import main
+from hermes_sandboxes.cli import main
 
 main()

@@ -2,26 +2,28 @@
 
 Every failure a user can cause ends as one line, ``error: <message>``, on stderr with a non-zero
 exit code, never a traceback: SandboxError messages already say what failed and what to do next.
-Exit codes: 0 success, 1 an error of ours, 2 bad usage, 130 interrupted; ``exec``, ``run`` and
-``shell`` exit with the command's own code, and 125 when the sandbox itself failed (as docker run
-does), so a script can tell "the command failed" from "the sandbox failed".
+Exit codes: 0 success, 1 an error of ours, 2 bad usage (a malformed option, or a destructive
+command without ``--yes`` when nobody can be asked); 128+N when signal N stopped us (130 Ctrl-C,
+143 SIGTERM, 129 SIGHUP), 141 when our output's reader went away; ``exec``, ``run`` and ``shell``
+exit with the command's own code (124: timed out), and 125 when the sandbox itself failed (as
+docker run does), so a script can tell "the command failed" from "the sandbox failed".
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, NoReturn
 
 import click
 
-from hermes_sandboxes.cli import checkpoints, sandboxes
-from hermes_sandboxes.cli.output import Ui, error
+from hermes_sandboxes.cli import checkpoints, sandboxes, signals
+from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.config import parse_overrides
 from hermes_sandboxes.errors import SandboxError
 
 EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
 
 
 class CliGroup(click.Group):
@@ -29,25 +31,49 @@ class CliGroup(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> NoReturn:
         kwargs["standalone_mode"] = False  # we turn exceptions into exit codes ourselves
+        restore = signals.install()
+        try:
+            sys.exit(self._main(*args, **kwargs))
+        finally:
+            restore()
+
+    def _main(self, *args: Any, **kwargs: Any) -> int:
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help() if exc.ctx else "")
-            sys.exit(exc.exit_code)
-        except click.Abort:  # click turns Ctrl-C and EOF at a prompt into Abort
-            error("interrupted")
-            sys.exit(EXIT_INTERRUPTED)
+            return exc.exit_code
+        except (KeyboardInterrupt, click.Abort) as exc:  # click turns Ctrl-C at a prompt into Abort
+            interrupted(exc)
+            return signals.exit_code(exc)
         except click.ClickException as exc:
-            hint = " (see --help)" if isinstance(exc, click.UsageError) else ""
-            error(exc.format_message() + hint)
-            sys.exit(exc.exit_code)
+            error(exc.format_message() + _usage_hint(exc))
+            return exc.exit_code
         except SandboxError as exc:
             error(str(exc))
-            sys.exit(EXIT_ERROR)
+            return EXIT_ERROR
         except OSError as exc:  # e.g. an unreadable --home: the user's to fix, not a bug of ours
             error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
-            sys.exit(EXIT_ERROR)
-        sys.exit(rv if isinstance(rv, int) else 0)
+            return EXIT_ERROR
+        return rv if isinstance(rv, int) else 0
+
+
+def interrupted(exc: BaseException) -> None:
+    """``error: interrupted`` (naming the signal when it was not Ctrl-C), even to a terminal that hung up."""
+    name = signals.name(exc)
+    with contextlib.suppress(OSError, ValueError):
+        error("interrupted" if name == "SIGINT" else f"interrupted by {name}")
+
+
+def _usage_hint(exc: click.ClickException) -> str:
+    if not isinstance(exc, click.UsageError) or isinstance(exc, NotConfirmed):
+        return ""
+    command = exc.ctx.command.name if exc.ctx is not None else None
+    if isinstance(exc, click.NoSuchOption) and command in ("exec", "run"):
+        # `exec box ls -la`: the command's own options were read as ours
+        name = "NAME " if command == "exec" else ""
+        return f" (put the command after --, e.g. hermes-sandboxes {command} {name}-- ls -la)"
+    return " (see --help)"
 
 
 @click.group(cls=CliGroup, no_args_is_help=True,
@@ -70,13 +96,15 @@ def cli(ctx: click.Context, backend: str | None, config_path: str | None, option
     with sub-second checkpoint and restore.
 
     \b
-    Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted. exec, run and shell
-    exit with the command's code (124: timed out), or 125 when the sandbox itself failed.
+    Exit codes: 0 success, 1 error, 2 bad usage, 130/143/129 stopped by SIGINT/TERM/HUP,
+    141 output pipe closed. exec, run and shell exit with the command's code
+    (124: timed out), or 125 when the sandbox itself failed.
     """
     overrides = parse_overrides(options)
     if home is not None:
         overrides["home"] = home
     ctx.obj = Workspace(backend, config_path, overrides)
+    ctx.obj.on_collect = lambda name: Ui().note(f"collected {name}, left behind by a run that was killed")
     ctx.call_on_close(ctx.obj.close)
 
 

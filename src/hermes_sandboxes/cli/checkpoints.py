@@ -16,6 +16,7 @@ from hermes_sandboxes.cli.output import (
     Ui,
     age,
     clock,
+    confirm,
     duration,
     error,
     human_size,
@@ -220,11 +221,14 @@ def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes:
     """Return NAME to checkpoint ID, after showing what that throws away."""
     ui = Ui()
     session = _session(workspace, name)
+    session.recorded.get_checkpoint(checkpoint_id)  # an unknown id: one line, before any refusal
+    if not yes and not is_stdin_tty():
+        confirm("", yes=yes, refusal=f"not restoring {name}")  # refuses: nobody can be asked
     with ui.status("working out what a restore would discard…"):
         preview = session.preview(checkpoint_id)
     show_preview(ui, preview)
-    if not yes and is_stdin_tty() and not click.confirm(
-            f"Restore {name} to {checkpoint_id} and discard all of the above?", err=True):
+    if not confirm(f"Restore {name} to {checkpoint_id} and discard all of the above?", yes=yes,
+                   refusal=f"not restoring {name}"):
         error("restore cancelled; nothing was changed")
         return EXIT_CANCELLED
     started = time.monotonic()
@@ -257,13 +261,25 @@ def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX
 @checkpoint.command(name="rm")
 @click.argument("name")
 @click.argument("checkpoint_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
-def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str) -> None:
-    """Delete checkpoint ID of NAME."""
+def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: bool) -> int:
+    """Delete checkpoint ID of NAME (its files cannot be restored afterwards)."""
+    ui = Ui()
     session = _session(workspace, name)
+    c = session.recorded.get_checkpoint(checkpoint_id)  # unknown id: one line, before any question
+    if not yes and is_stdin_tty():
+        comment = f" \"{one_line(c.comment)}\"" if c.comment else ""
+        ui.line(f"Checkpoint {c.id}{comment}, taken {age(c.created_at)} ago ({_trigger(c)}), "
+                f"{human_size(c.layer_bytes)}", style="bold")
+    if not confirm(f"Delete checkpoint {checkpoint_id} of {name}?", yes=yes,
+                   refusal=f"not deleting checkpoint {checkpoint_id} of {name}"):
+        error("cancelled; nothing was changed")
+        return EXIT_CANCELLED
     session.delete_checkpoint(checkpoint_id)
     session.close()
-    Ui().note(f"deleted checkpoint {checkpoint_id} of {name}")
+    ui.note(f"deleted checkpoint {checkpoint_id} of {name}")
+    return 0
 
 
 # -- log ---------------------------------------------------------------------------------------

@@ -20,6 +20,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hermes_sandboxes.journal import utf8_safe
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f) if c not in (0x09, 0x0a)}
+
+
+def printable(text: str, *, newlines: bool = True) -> str:
+    """What we print of text that came from a sandbox (paths, commands, comments): invalid UTF-8
+    as ``\\xNN`` and control characters escaped, so no terminal escape sequence from inside gets
+    through and no byte can make printing fail."""
+    safe = utf8_safe(text).translate(_CONTROL)
+    return safe if newlines else safe.replace("\n", "\\n")
+
 
 class Ui:
     def __init__(self) -> None:
@@ -35,9 +47,10 @@ class Ui:
 
     def result(self, text: str) -> None:
         """A primary result on stdout, never styled (scripts capture it)."""
-        click.echo(text)
+        click.echo(printable(text))
 
     def line(self, text: str = "", style: str | None = None) -> None:
+        text = printable(text)
         if self.rich:
             self.out.print(Text(text, style=style or ""))
         else:
@@ -48,6 +61,7 @@ class Ui:
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None,
               styles: Sequence[str | None] | None = None) -> None:
+        rows = [[printable(cell, newlines=False) for cell in row] for row in rows]
         if self.rich:
             table = Table(title=title, title_justify="left", header_style="bold")
             for header in headers:
@@ -64,6 +78,7 @@ class Ui:
     # -- stderr -----------------------------------------------------------------------------------
 
     def note(self, text: str, style: str | None = None) -> None:
+        text = printable(text)
         if self.err.is_terminal:
             self.err.print(Text(text, style=style or "dim"))
         else:
@@ -90,7 +105,7 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def error(message: str) -> None:
     """The one-line error format: ``error: <message>`` on stderr."""
-    text = " ".join(str(message).split()) or "unknown error"
+    text = printable(" ".join(str(message).split())) or "unknown error"
     click.echo(f"{click.style('error:', fg='red', bold=True)} {text}", err=True)  # click drops the colour off a tty
 
 
@@ -129,8 +144,22 @@ def duration(seconds: float | None) -> str:
 
 
 def one_line(text: str, limit: int = 60) -> str:
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class NotConfirmed(click.UsageError):
+    """A destructive command without ``--yes`` where nobody can answer its question (exit 2)."""
+
+
+def confirm(question: str, *, yes: bool, refusal: str) -> bool:
+    """True to go ahead: ``--yes`` was given, or a person at the terminal said yes. When stdin is
+    not a terminal (a script, a pipe: ``echo n | ... rm box``) nobody can be asked, so refuse."""
+    if yes:
+        return True
+    if not is_stdin_tty():
+        raise NotConfirmed(f"{refusal}: stdin is not a terminal, so nobody can confirm; add --yes")
+    return click.confirm(question, err=True)
 
 
 def is_stdin_tty() -> bool:

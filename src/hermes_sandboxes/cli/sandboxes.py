@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, BinaryIO, NoReturn
+from typing import Any
 
 import click
 
 from hermes_sandboxes import backends
-from hermes_sandboxes.cli.output import Ui, age, error, human_size, is_stdin_tty
+from hermes_sandboxes.cli import signals
+from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
+from hermes_sandboxes.cli.running import Outcome, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Session, Workspace
-from hermes_sandboxes.errors import InvalidInput, SandboxError, Unsupported
+from hermes_sandboxes.errors import SandboxError, Unsupported
 from hermes_sandboxes.identity import validate_name
-from hermes_sandboxes.recorder import RecordedExec
-from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, OutputSink, SandboxSpec
+from hermes_sandboxes.recorder import StoriedCheckpoint
+from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, SandboxSpec
 from hermes_sandboxes.units import parse_size
 
 EXIT_SANDBOX_FAILED = 125  # as `docker run`: the sandbox failed, not the command
 EXIT_CANCELLED = 1
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a pipeline member SIGPIPE killed
 
 # -- shared options ----------------------------------------------------------------------------
 
@@ -55,8 +53,12 @@ def spec_options(func: F) -> F:
 
 def command_options(func: F) -> F:
     options = [
-        click.option("--cwd", metavar="DIR", help="Working directory inside (default /root)."),
-        click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment variable (repeatable)."),
+        click.option("--cwd", "-w", metavar="DIR", help="Working directory inside (default /root)."),
+        click.option("--env", "-e", "env_pairs", multiple=True, metavar="K=V",
+                     help="Environment variable (repeatable)."),
+        click.option("--interactive", "-i", is_flag=True,
+                     help="Pass stdin to the command also when it is a terminal (when it is not, a pipe or "
+                          "a file, it is always passed on, streamed, with its end-of-file)."),
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
                      help="Kill the command and everything it started after this long (exit 124)."),
     ]
@@ -81,111 +83,52 @@ def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...]
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--env`` pairs; a malformed one is a usage error (exit 2), found before anything runs."""
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
-            raise InvalidInput(f"--env takes NAME=VALUE with a shell-style name, got {pair.split('=')[0]!r}")
+            raise click.BadParameter(f"takes NAME=VALUE with a shell-style NAME, got {pair!r}",
+                                     param_hint="'--env' / '-e'")
         env[key] = value
     return env
+
+
+def check_cwd(cwd: str | None) -> None:
+    if cwd is not None and not cwd.startswith("/"):
+        raise click.BadParameter(f"must be an absolute path inside the sandbox, got {cwd!r}",
+                                 param_hint="'--cwd' / '-w'")
 
 
 def to_command(args: tuple[str, ...]) -> Command:
     """One argument is a shell command line (``"ls | wc -l"``); several are an argv, run as is."""
     if not args:
-        raise InvalidInput("no command given: put it after --, e.g. exec box -- ls -la")
+        raise click.UsageError("no command given: put it after --, e.g. exec box -- ls -la")
     return args[0] if len(args) == 1 else list(args)
 
 
-class _Passthrough:
-    """The command's stdout and stderr, written through to ours as they arrive (from the pump thread).
+def _announcer(ui: Ui, name: str) -> Callable[[StoriedCheckpoint, tuple[str, ...]], None]:
+    """The automatic-checkpoint note, said before the command starts (an endless or interrupted
+    command has still told the user how to undo it)."""
 
-    When our reader goes away (``exec box -- yes | head``), the command is killed, as SIGPIPE would
-    kill it in a shell pipeline, and we exit 141 quietly instead of a traceback per chunk."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._lock = threading.Lock()
-        self._tree_kill = Capability.TREE_KILL in session.sandbox.backend.capabilities
-        self.broken = False
-
-    def sink(self, stream: Any) -> OutputSink:
-        binary: BinaryIO = getattr(stream, "buffer", stream)
-
-        def write(chunk: bytes) -> None:
-            with self._lock:
-                if self.broken:
-                    return
-                try:
-                    binary.write(chunk)
-                    binary.flush()
-                except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
-                    self.broken = True
-                    self._session.kill_command()
-
-        return write
-
-    def run(self, command: Command, timeout: float | None, **options: Any) -> RecordedExec:
-        return self._session.exec(command, timeout=timeout, on_stdout=self.sink(sys.stdout),
-                                  on_stderr=self.sink(sys.stderr), **options)
-
-    def exit_code(self, ui: Ui, outcome: RecordedExec, timeout: float | None) -> int:
-        if self.broken:
-            _silence_stdout()
-            return EXIT_BROKEN_PIPE
-        sys.stdout.flush()
-        if outcome.result.timed_out:
-            what = ("the command and every process it started were killed" if self._tree_kill
-                    else "the command was killed; processes it detached may still run")
-            ui.note(f"timed out after {timeout:g}s: {what} (exit 124)", style="yellow")
-        return outcome.result.exit_code
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so Python's own flush at exit does not complain about the pipe."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-
-
-def _announce(ui: Ui, session: Session, outcome: RecordedExec) -> None:
-    taken = outcome.auto_checkpoint
-    if taken is not None:
-        reasons = outcome.verdict.reasons
+    def announce(taken: StoriedCheckpoint, reasons: tuple[str, ...]) -> None:
         why = f" ({', '.join(reasons)})" if reasons else ""
         ui.note(f"checkpoint {taken.id} taken first{why}; undo with: "
-                f"hermes-sandboxes checkpoint restore {session.name} {taken.id}")
+                f"hermes-sandboxes checkpoint restore {name} {taken.id}")
+
+    return announce
 
 
-@contextlib.contextmanager
-def _terminate_is_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so `run` destroys its sandbox when a supervisor stops it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> NoReturn:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _uninterruptible() -> Iterator[None]:
-    """Clean-up that a second Ctrl-C must not cut short."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+def _finish(ui: Ui, session: Session, outcome: Outcome, timeout: float | None) -> int:
+    if outcome.broken_pipe:
+        return outcome.exit_code
+    sys.stdout.flush()
+    if outcome.timed_out:
+        tree = Capability.TREE_KILL in session.sandbox.backend.capabilities
+        what = ("the command and every process it started were killed" if tree
+                else "the command was killed; processes it detached may still run")
+        ui.note(f"timed out after {timeout:g}s: {what} (exit 124)", style="yellow")
+    return outcome.exit_code
 
 
 @contextlib.contextmanager
@@ -229,24 +172,26 @@ def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> 
 @click.argument("command", nargs=-1, required=True)
 @click.pass_obj
 def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str, ...],
-          timeout: float | None, policy: CliPolicy, command: tuple[str, ...]) -> int:
-    """Run a command in NAME, streaming its output; exits with its exit code.
+          interactive: bool, timeout: float | None, policy: CliPolicy, command: tuple[str, ...]) -> int:
+    """Run a command in NAME, streaming its output (and stdin, when it is not a terminal);
+    exits with its exit code.
 
     \b
       hermes-sandboxes exec box -- ls -la /root      (several arguments: run as is)
       hermes-sandboxes exec box -- 'make && ./app'   (one argument: a shell command line)
+      tar c src | hermes-sandboxes exec box -- tar x -C /root
     """
     ui = Ui()
+    cmd, env = to_command(command), parse_env(env_pairs)
+    check_cwd(cwd)
     with _exit_125_on_error():
-        cmd, env = to_command(command), parse_env(env_pairs)
         session = workspace.session(workspace.sandbox(name), policy=policy, secrets=env)
-        output = _Passthrough(session)
         try:
-            outcome = output.run(cmd, timeout, cwd=cwd, env=env)
+            outcome = run_command(session, cmd, policy=policy, cwd=cwd, env=env, timeout=timeout,
+                                  stdin=stdin_for(interactive), announce=_announcer(ui, name))
         finally:
             session.close()
-    _announce(ui, session, outcome)
-    return output.exit_code(ui, outcome, timeout)
+    return _finish(ui, session, outcome, timeout)
 
 
 @click.command(short_help="Run a command in a throw-away sandbox.")
@@ -254,25 +199,27 @@ def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str
 @command_options
 @click.argument("command", nargs=-1, required=True)
 @click.pass_obj
-def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], timeout: float | None,
-        command: tuple[str, ...], **spec: Any) -> int:
-    """Run a command in a new ephemeral sandbox, then destroy it (also on failure or Ctrl-C)."""
+def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], interactive: bool,
+        timeout: float | None, command: tuple[str, ...], **spec: Any) -> int:
+    """Run a command in a new ephemeral sandbox, then destroy it (also on failure, Ctrl-C, SIGTERM
+    or SIGHUP; after a kill -9, the next hermes-sandboxes command or `gc` collects it)."""
     ui = Ui()
+    cmd, env = to_command(command), parse_env(env_pairs)
+    check_cwd(cwd)
     with _exit_125_on_error():
-        cmd, env = to_command(command), parse_env(env_pairs)
         sandbox_spec = build_spec(workspace, **spec)
         with ui.status("creating an ephemeral sandbox…"):
-            sandbox = workspace.backend.create_ephemeral(sandbox_spec, prefix="run")
+            sandbox = workspace.create_owned(sandbox_spec)
         session = workspace.session(sandbox, secrets=env)
         try:
             session.record_create()
-            output = _Passthrough(session)
-            with _terminate_is_interrupt():
-                outcome = output.run(cmd, timeout, policy="off", cwd=cwd, env=env)
+            outcome = run_command(session, cmd, policy="off", cwd=cwd, env=env, timeout=timeout,
+                                  stdin=stdin_for(interactive), announce=_announcer(ui, sandbox.name))
         finally:
-            with _uninterruptible(), ui.status(f"destroying {sandbox.name}…"):
+            with signals.held(), ui.status(f"destroying {sandbox.name}…"):
                 session.destroy()
-    return output.exit_code(ui, outcome, timeout)
+                workspace.release(sandbox.name)
+    return _finish(ui, session, outcome, timeout)
 
 
 @click.command(short_help="Interactive bash inside a sandbox.")
@@ -326,13 +273,14 @@ def rm(workspace: Workspace, name: str, yes: bool) -> int:
     """Destroy NAME with its processes, files and checkpoints."""
     ui = Ui()
     sandbox = workspace.sandbox(name)
-    if not yes and is_stdin_tty():
-        count = len(sandbox.checkpoints())
-        if not click.confirm(f"Destroy sandbox {name} and its {count} checkpoint(s)?", err=True):
+    if not yes:
+        count = len(sandbox.checkpoints()) if is_stdin_tty() else 0
+        if not confirm(f"Destroy sandbox {name} and its {count} checkpoint(s)?", yes=yes,
+                       refusal=f"not destroying {name}"):
             error("cancelled; nothing was changed")
             return EXIT_CANCELLED
     session = workspace.session(sandbox)
-    with _uninterruptible(), ui.status(f"destroying {name}…"):
+    with signals.held(), ui.status(f"destroying {name}…"):
         session.destroy()
     session.close()
     ui.note(f"destroyed {name}")
@@ -371,6 +319,17 @@ def fork(workspace: Workspace, source: str, rest: tuple[str, ...]) -> None:
     session.record_create(forked_from=source if checkpoint_id is None else f"{source}@{checkpoint_id}")
     session.close()
     ui.result(new)
+
+
+@click.command(short_help="Remove what killed runs left behind.")
+@click.pass_obj
+def gc(workspace: Workspace) -> None:
+    """Destroy the sandboxes of `run`s whose process died without cleaning up (kill -9, a crash).
+    Any command that uses the backend does this too; gc does only this."""
+    workspace.collect_orphans = False
+    collected = workspace.collect()
+    Ui().note(f"collected {len(collected)} sandbox(es) left by killed runs"
+              + (f": {', '.join(collected)}" if collected else ""))
 
 
 @click.command(short_help="What works here, per backend, and why not.")
@@ -420,4 +379,4 @@ def _chosen_checks(workspace: Workspace, missing: str | None) -> list[dict[str, 
     return checks
 
 
-COMMANDS = (create, exec_, run, shell, fork, ls, rm, stop, doctor)
+COMMANDS = (create, exec_, run, shell, fork, ls, rm, stop, gc, doctor)

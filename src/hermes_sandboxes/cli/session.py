@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import re
-import signal
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from hermes_sandboxes import backends, config
-from hermes_sandboxes.errors import InvalidInput, Unsupported
-from hermes_sandboxes.identity import validate_name
+from hermes_sandboxes.cli.owners import Owners
+from hermes_sandboxes.errors import InvalidInput, SandboxNotFound, Unsupported
+from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.journal import Journal
 from hermes_sandboxes.recorder import RecordedExec, RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.risk import CheckpointPolicy
 from hermes_sandboxes.sandbox import (
     Backend,
     Capability,
-    Checkpoint,
     Command,
     FileChange,
     OutputSink,
-    Process,
     Sandbox,
-    SandboxInfo,
+    SandboxSpec,
 )
 from hermes_sandboxes.secrets import Redactor
 from hermes_sandboxes.state import HostState
@@ -41,6 +38,12 @@ CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
 # The CLI says "auto" (what a user expects to type); the recorder calls the same policy "risky".
 _RECORDER_POLICY: dict[str, CheckpointPolicy] = {"auto": "risky", "always": "always", "off": "off"}
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CRED|AUTH", re.IGNORECASE)
+
+
+def recorder_policy(policy: CliPolicy) -> CheckpointPolicy:
+    if policy not in CLI_POLICIES:
+        raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
+    return _RECORDER_POLICY[policy]
 
 
 class Workspace:
@@ -54,6 +57,8 @@ class Workspace:
         self._effective: config.Effective | None = None
         self._backend: Backend | None = None
         self.state = HostState(durable=False)
+        self.collect_orphans = True  # the first use of the backend collects dead runs' sandboxes
+        self.on_collect: Callable[[str], None] | None = None
 
     def override(self, **settings: Any) -> None:
         """Command options that are backend settings (``--base``, ``--mask``); before first use."""
@@ -71,7 +76,47 @@ class Workspace:
     def backend(self) -> Backend:
         if self._backend is None:
             self._backend = backends.build(self.effective.settings, self.effective.backend)
+            if self.collect_orphans:
+                self.collect()
         return self._backend
+
+    @property
+    def owners(self) -> Owners:
+        return Owners(self.state.backend_dir(self.backend.key) / "owners")
+
+    def create_owned(self, spec: SandboxSpec) -> Sandbox:
+        """A new ephemeral ``run-...`` sandbox owned by this process: if we die, however we die,
+        the next CLI call collects it (see owners.py)."""
+        name = unique_name("run")
+        owners = self.owners
+        owners.claim(name)
+        try:
+            return self.backend.create(name, spec, ephemeral=True)
+        except BaseException:
+            owners.release(name)
+            raise
+
+    def release(self, name: str) -> None:
+        self.owners.release(name)
+
+    def collect(self) -> list[str]:
+        """Destroy the ``run`` sandboxes whose owner died; their names."""
+        owners, collected = self.owners, []
+        for name in owners.orphans():
+            try:
+                session = self.session(self.backend.get(name))
+            except SandboxNotFound:
+                owners.release(name)  # its owner died before creating it, or after destroying it
+                continue
+            try:
+                session.destroy()
+            finally:
+                session.close()
+            owners.release(name)
+            collected.append(name)
+            if self.on_collect is not None:
+                self.on_collect(name)
+        return collected
 
     def close(self) -> None:
         if self._backend is not None:
@@ -100,9 +145,8 @@ class Session:
         if policy not in CLI_POLICIES:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
         self.sandbox = sandbox
-        self._commands = _CommandGuard(sandbox)
         kept = _secret_values(secrets or {})
-        self.recorded = state.recorded(self._commands, redact=Redactor(kept).redact if kept else None,
+        self.recorded = state.recorded(sandbox, redact=Redactor(kept).redact if kept else None,
                                        policy=_RECORDER_POLICY[policy])
 
     @property
@@ -118,17 +162,11 @@ class Session:
     def exec(self, command: Command, *, policy: CliPolicy | None = None, cwd: str | None = None,
              env: Mapping[str, str] | None = None, timeout: float | None = None,
              on_stdout: OutputSink | None = None, on_stderr: OutputSink | None = None) -> RecordedExec:
-        """Run a command, journaled, after an automatic checkpoint if the policy wants one.
-
-        On Ctrl-C its whole process tree is killed: by ``Sandbox.exec`` while it waits, by the
-        guard (below) while it starts."""
+        """Run a command, journaled, after an automatic checkpoint if the policy wants one (the
+        demo's way; ``exec`` and ``run`` go through ``running.run_command``)."""
         checkpoint = None if policy is None else _RECORDER_POLICY[policy]
         return self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
                                   on_stdout=on_stdout, on_stderr=on_stderr)
-
-    def kill_command(self) -> None:
-        """Kill the command running now, with all it started; callable from its own output sink."""
-        self._commands.kill_current()
 
     def checkpoint(self, comment: str = "", *, health: str | None = None) -> StoriedCheckpoint:
         """A manual checkpoint; with ``health``, that command runs first and its result is part of
@@ -180,100 +218,3 @@ def _secret_values(env: Mapping[str, str]) -> dict[str, str]:
     ``DEBUG=1`` would garble the log without hiding anything."""
     return {k: v for k, v in env.items()
             if len(v) >= 8 or (len(v) >= 4 and _SECRET_NAME.search(k))}
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[list[int]]:
-    """SIGINT and SIGTERM that arrive inside the block take effect just after it; the block sees
-    them in the list it is given."""
-    if threading.current_thread() is not threading.main_thread():
-        yield []
-        return
-    pending: list[int] = []
-    handlers = {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield pending
-    finally:
-        for sig, handler in handlers.items():
-            if handler is not None:  # None: installed outside Python, cannot be put back
-                signal.signal(sig, handler)
-        for signum in pending:
-            signal.raise_signal(signum)  # now the usual handler runs (KeyboardInterrupt for Ctrl-C)
-
-
-class _CommandGuard(Sandbox):
-    """The sandbox, delegated to, keeping a hand on the command it started last.
-
-    ``Sandbox.exec`` kills its command when its wait is interrupted, so Ctrl-C during a command
-    (and SIGTERM during ``run``, which turns it into KeyboardInterrupt; ``run`` then destroys its
-    sandbox anyway) needs nothing from here. Two cases still do, and exec covers neither:
-
-    - an interrupt that lands while the command is being started, before exec's wait begins: the
-      init may already be running it, and exec never saw its Process. Interrupts are held for the
-      start and let through only once that command is killed;
-    - an output sink whose reader has gone (``exec box -- yes | head``) must kill the command,
-      and exec does not hand its Process out: ``kill_current()`` does, from inside the sink.
-    """
-
-    def __init__(self, inner: Sandbox) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self.ephemeral = inner.ephemeral
-        self._current: Process | None = None
-
-    def kill_current(self) -> None:
-        if self._current is not None:
-            self._current.kill()
-
-    def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
-              on_stderr: OutputSink | None = None) -> Process:
-        with _interrupts_deferred() as interrupted:
-            proc = self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout,
-                                     on_stderr=on_stderr)
-            self._current = proc
-            if interrupted:
-                proc.kill()
-        return proc
-
-    @property
-    def backend(self) -> Backend:
-        return self._inner.backend
-
-    def info(self) -> SandboxInfo:
-        return self._inner.info()
-
-    def stop(self) -> None:
-        self._inner.stop()
-
-    @property
-    def home(self) -> str:  # type: ignore[override]
-        return self._inner.home
-
-    def read_file(self, path: str) -> bytes:
-        return self._inner.read_file(path)
-
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._inner.write_file(path, data, mode)
-
-    def delete_file(self, path: str) -> None:
-        self._inner.delete_file(path)
-
-    def checkpoint(self, comment: str = "") -> Checkpoint:
-        return self._inner.checkpoint(comment)
-
-    def checkpoints(self) -> list[Checkpoint]:
-        return self._inner.checkpoints()
-
-    def restore(self, checkpoint_id: str) -> None:
-        self._inner.restore(checkpoint_id)
-
-    def delete_checkpoint(self, checkpoint_id: str) -> None:
-        self._inner.delete_checkpoint(checkpoint_id)
-
-    def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
-        return self._inner.diff(from_id, to_id)
-
-    def destroy(self) -> None:
-        self._inner.destroy()

@@ -7,7 +7,6 @@ child that inherited stdout must not make the caller wait forever.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import selectors
@@ -16,12 +15,12 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hermes_sandboxes.backends.local import cgroups, protocol
 from hermes_sandboxes.errors import ExecFailed
 from hermes_sandboxes.pump import SinkGuard
-from hermes_sandboxes.sandbox import OutputSink, Process
+from hermes_sandboxes.sandbox import OutputSink, Process, Stdin
 
 _CHUNK = 65536
 
@@ -62,7 +61,7 @@ class LocalProcess(Process):
         socket_path: str,
         freezer: Path,
         request: Mapping[str, Any],
-        stdin: bytes | None,
+        stdin: Stdin,
         on_stdout: OutputSink | None,
         on_stderr: OutputSink | None,
         background: bool = True,
@@ -84,7 +83,8 @@ class LocalProcess(Process):
         else:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
-            in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1)
+            piped = stdin is not None and (not isinstance(stdin, bytes) or bool(stdin))
+            in_r, in_w = os.pipe() if piped else (os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1)
             theirs, ours = [in_r, out_w, err_w], {out_r: 0, err_r: 1}
         try:
             self._sock = connect(socket_path)
@@ -106,7 +106,8 @@ class LocalProcess(Process):
         self._sock.settimeout(None)
         self._sel.register(self._sock, selectors.EVENT_READ)
         if in_w >= 0:
-            threading.Thread(target=_feed, args=(in_w, stdin or b""), daemon=True).start()
+            assert stdin is not None
+            threading.Thread(target=_feed, args=(in_w, stdin), daemon=True, name=f"stdin-{self.exec_id}").start()
         if background:
             threading.Thread(target=self._pump, daemon=True, name=f"exec-{self.exec_id}").start()
 
@@ -227,9 +228,24 @@ class LocalProcess(Process):
         return self._started.wait(timeout)
 
 
-def _feed(fd: int, data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    os.close(fd)
+def _feed(fd: int, source: bytes | BinaryIO) -> None:
+    """Write ``source`` into the command's stdin, then close it (its end-of-file). A stream is
+    passed on chunk by chunk as the command reads (the pipe's back-pressure paces us), never
+    whole; a command that exits early closes the pipe and the rest is left unread."""
+    try:
+        if isinstance(source, bytes):
+            _write_all(fd, source)
+            return
+        read = getattr(source, "read1", source.read)
+        while chunk := read(_CHUNK):
+            _write_all(fd, chunk)
+    except (OSError, ValueError):  # the command closed its stdin or exited; a closed stream
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -44,6 +44,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    Stdin,
 )
 from hermes_sandboxes.state import HostState
 
@@ -308,7 +309,7 @@ class LocalSandbox(Sandbox):
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: bytes | None = None,
+        stdin: Stdin = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
     ) -> Process:
@@ -321,7 +322,7 @@ class LocalSandbox(Sandbox):
         *,
         cwd: str | None,
         env: Mapping[str, str] | None,
-        stdin: bytes | None,
+        stdin: Stdin,
         on_stdout: OutputSink,
         on_stderr: OutputSink,
     ) -> Process:
@@ -336,7 +337,7 @@ class LocalSandbox(Sandbox):
         request = self._request(command, cwd, env, self.name, self._network_env())
         return self._launch(request, None, None, None, background=False, attach=fds)
 
-    def _launch(self, request: dict[str, Any], stdin: bytes | None, on_stdout: OutputSink | None,
+    def _launch(self, request: dict[str, Any], stdin: Stdin, on_stdout: OutputSink | None,
                 on_stderr: OutputSink | None, *, background: bool,
                 attach: tuple[int, int, int] | None = None) -> client.LocalProcess:
         self._check_exists()

@@ -1,0 +1,151 @@
+"""One command in a sandbox as ``exec`` and ``run`` run it: the recorder's ``start()`` and our own wait.
+
+- stdin is streamed in when it is not a terminal (or with ``-i``), with its end-of-file;
+- stdout and stderr are written through as they arrive; when our reader goes away
+  (``exec box -- yes | head``) the command is killed, as SIGPIPE would kill it in a pipeline, and
+  we exit 141 quietly;
+- the automatic checkpoint is taken, and announced, before the command starts;
+- whatever ends the wait (the command, its timeout, Ctrl-C, SIGTERM, SIGHUP, a lost sandbox), the
+  command and what it started are killed and the end is journaled once, with why. Signals are held
+  while the command starts (the sandbox may run it before we hold its handle) and while its end is
+  recorded, so neither can be cut in two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from hermes_sandboxes.cli import signals
+from hermes_sandboxes.cli.session import CliPolicy, Session, recorder_policy
+from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
+from hermes_sandboxes.journal import command_text
+from hermes_sandboxes.recorder import RecordedProcess, StoriedCheckpoint
+from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Command, OutputSink, Stdin
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a pipeline member SIGPIPE killed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    timed_out: bool = False
+    broken_pipe: bool = False
+
+
+def stdin_for(interactive: bool) -> Stdin:
+    """Our stdin, to stream into the command, unless it is a terminal and ``-i`` was not given
+    (then the command reads end-of-file, as with ``docker exec`` without ``-i``)."""
+    stream = sys.stdin
+    if stream is None or stream.closed:
+        return None
+    try:
+        if stream.isatty() and not interactive:
+            return None
+    except ValueError:
+        return None
+    binary: BinaryIO | None = getattr(stream, "buffer", None)
+    return binary
+
+
+class Passthrough:
+    """Writes the command's output through to ours; a write that fails kills the command."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.broken = False
+        self.proc: RecordedProcess | None = None
+
+    def sink(self, stream: Any) -> OutputSink:
+        binary: BinaryIO = getattr(stream, "buffer", stream)
+
+        def write(chunk: bytes) -> None:
+            with self._lock:
+                if self.broken:
+                    return
+                try:
+                    binary.write(chunk)
+                    binary.flush()
+                except (BrokenPipeError, ValueError, OSError):  # ValueError: the stream was closed
+                    self.broken = True
+                    if self.proc is not None:
+                        self.proc.kill()
+
+        return write
+
+
+def checkpoint_first(session: Session, command: Command, policy: CliPolicy,
+                     cwd: str | None) -> tuple[StoriedCheckpoint | None, tuple[str, ...]]:
+    """The automatic checkpoint the policy wants before ``command``; if it cannot be taken, the
+    command must not run (fail closed)."""
+    try:
+        taken, verdict = session.recorded.checkpoint_if_risky(command_text(command), policy=recorder_policy(policy),
+                                                        cwd=cwd)
+    except (CheckpointFailed, InvalidInput):
+        raise
+    except SandboxError as exc:
+        raise CheckpointFailed(f"the automatic checkpoint of sandbox {session.name} before this command "
+                               f"failed ({exc}); the command was not run") from exc
+    return taken, tuple(verdict.reasons)
+
+
+def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: str | None,
+                env: dict[str, str], timeout: float | None, stdin: Stdin,
+                announce: Callable[[StoriedCheckpoint, tuple[str, ...]], None]) -> Outcome:
+    """Run ``command`` to its end; see the module's docstring for what every ending does."""
+    output = Passthrough()
+    proc: RecordedProcess | None = None
+    try:
+        with signals.held():  # a signal now is raised once we hold the command, so we can kill it
+            taken, reasons = checkpoint_first(session, command, policy, cwd) if policy != "off" else (None, ())
+            if taken is not None:
+                announce(taken, reasons)
+            proc = output.proc = session.recorded.start(
+                command, checkpoint="off", cwd=cwd, env=env, stdin=stdin,
+                on_stdout=output.sink(sys.stdout), on_stderr=output.sink(sys.stderr))
+        code = proc.inner.wait(timeout)
+    except SandboxError as exc:
+        if proc is not None:
+            with signals.held():
+                proc.record(None, error=str(exc))
+        raise
+    except BaseException as exc:  # a signal (Stopped, KeyboardInterrupt): stop the command first
+        if proc is not None:
+            with signals.held():
+                _stop(proc, f"interrupted by {signals.name(exc)}")
+        raise
+    with signals.held():
+        if code is None:
+            _stop(proc, None, timed_out=True)
+            return Outcome(TIMEOUT_EXIT_CODE, timed_out=True)
+        if output.broken:
+            proc.record(code, killed=True, error="its output's reader went away (broken pipe)")
+            _silence_stdout()
+            return Outcome(EXIT_BROKEN_PIPE, broken_pipe=True)
+        proc.record(code)
+    return Outcome(code)
+
+
+def _stop(proc: RecordedProcess, why: str | None, *, timed_out: bool = False) -> None:
+    """Kill the command with all it started, wait a bounded time for it to be gone, journal it."""
+    code: int | None = None
+    error = why
+    try:
+        proc.kill()
+        code = proc.inner.wait(KILL_GRACE_S)
+    except SandboxError as exc:
+        error = f"{why}; {exc}" if why else str(exc)
+    proc.record(TIMEOUT_EXIT_CODE if timed_out else code, timed_out=timed_out, error=error, killed=True)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so Python's own flush at exit does not complain about the pipe."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

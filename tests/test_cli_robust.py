@@ -1,0 +1,261 @@
+"""The command line as scripts and supervisors use it: stdin streamed in, every signal stopping and
+journaling what it started, runs that a kill -9 orphaned collected, any bytes survived, destructive
+commands refusing to guess. Run for real against the local backend, in real processes where a pipe,
+a signal or a terminal is the point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import cli_kit
+import pytest
+from cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+
+home, box = cli_kit.home, cli_kit.box
+
+
+def cli(home: Path, *args: str | bytes) -> list[str | bytes]:
+    return [*CLI, "--home", str(home), *args]
+
+
+def log_of(home: Path, name: str) -> list[dict[str, Any]]:
+    return [r for r in as_json(home, "log", name) if r["type"] == "exec"]
+
+
+# -- stdin ---------------------------------------------------------------------------------------
+
+
+def test_exec_passes_piped_stdin_on_with_its_end_of_file(home: Path, box: LocalSandbox) -> None:
+    done = subprocess.run(cli(home, "exec", box.name, "--", "cat"), input=b"hi\n", capture_output=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, b"hi\n"), done.stderr
+
+
+def test_exec_hashes_a_redirected_file_as_the_host_does(home: Path, box: LocalSandbox, tmp_path: Path) -> None:
+    data = os.urandom(3 << 20)
+    (tmp_path / "blob").write_bytes(data)
+    with open(tmp_path / "blob", "rb") as f:
+        done = subprocess.run(cli(home, "exec", box.name, "--", "sha256sum"), stdin=f, capture_output=True,
+                              timeout=60, check=False)
+    assert done.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest(), done.stderr
+
+
+def test_exec_streams_stdin_instead_of_reading_it_whole_first(home: Path, box: LocalSandbox) -> None:
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "while read line; do echo got-$line; done"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"one\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"got-one\n"  # answered while our stdin is still open
+        proc.stdin.write(b"two\n")
+        proc.stdin.close()  # end-of-file ends the loop inside
+        assert proc.stdout.read() == b"got-two\n"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_run_passes_stdin_too(home: Path) -> None:
+    assert ok(home, "run", "--", "tr a-z A-Z", input="shout\n").stdout == "SHOUT\n"
+
+
+def test_on_a_terminal_stdin_is_passed_only_with_interactive(home: Path, box: LocalSandbox) -> None:
+    term = Pty(cli(home, "exec", box.name, "--", "cat; echo cat-done-$((1+1))"))  # type: ignore[arg-type]
+    term.expect(b"cat-done-2")  # cat read end-of-file at once: the terminal was not passed
+    assert term.finish() == 0
+    term = Pty(cli(home, "exec", "-i", box.name, "--", "cat"))  # type: ignore[arg-type]
+    term.send(b"typed-in\n")
+    term.expect(b"typed-in\r\ntyped-in")  # the terminal's echo, then cat's copy
+    term.send(b"\x04")  # Ctrl-D: end-of-file
+    assert term.finish() == 0
+
+
+def test_exec_has_docker_style_short_flags(home: Path, box: LocalSandbox) -> None:
+    assert ok(home, "exec", box.name, "-w", "/tmp", "-e", "A=1", "--", "echo $A $(pwd)").stdout == "1 /tmp\n"
+
+
+# -- usage errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    (["--env", "NOEQUALS"], "NAME=VALUE"),
+    (["-e", "1BAD=x"], "NAME=VALUE"),
+    (["--cwd", "relative"], "absolute path"),
+    (["--timeout", "0"], "--timeout"),
+    (["--checkpoint", "sometimes"], "--checkpoint"),
+])
+def test_bad_exec_options_are_usage_errors_that_run_nothing(
+        home: Path, box: LocalSandbox, options: list[str], says: str) -> None:
+    before = state(home, box.name)
+    assert_one_line_error(hs(home, "exec", box.name, *options, "--", "touch /root/ran"), exit_code=2, says=says)
+    assert state(home, box.name) == before and log_of(home, box.name) == []
+
+
+def test_exec_without_the_double_dash_hints_at_it(home: Path, box: LocalSandbox) -> None:
+    assert_one_line_error(hs(home, "exec", box.name, "ls", "-la"), exit_code=2,
+                          says="put the command after --")
+
+
+def test_a_missing_working_directory_is_the_commands_failure_not_the_sandboxes(
+        home: Path, box: LocalSandbox) -> None:
+    result = hs(home, "exec", box.name, "--cwd", "/nonexistent", "--", "true")
+    assert result.exit_code != 125 and "cannot use /nonexistent as working directory" in result.stderr
+
+
+# -- signals and broken pipes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_exec_kills_the_command_inside_and_journals_it(
+        home: Path, box: LocalSandbox, sig: signal.Signals) -> None:
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 600"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig and b"Traceback" not in err, err.decode()
+    assert err.decode().strip().startswith("error: interrupted"), err.decode()
+    assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
+    [record, _] = log_of(home, box.name)
+    assert record["killed"] is True and record["error"] == f"interrupted by {sig.name}", record
+
+
+def test_a_reader_that_goes_away_is_journaled_as_a_broken_pipe(home: Path, box: LocalSandbox) -> None:
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "yes"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"y\n"
+    proc.stdout.close()
+    proc.communicate(timeout=60)
+    assert proc.returncode == 141
+    [record] = log_of(home, box.name)
+    assert record["killed"] is True and "broken pipe" in record["error"], record
+
+
+def _orphan_a_run(home: Path, backend: LocalBackend) -> str:
+    """A `run` killed with -9 mid-command; returns its sandbox's name."""
+    proc = subprocess.Popen(cli(home, "run", "--", "hostname; exec sleep 600"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    name = proc.stdout.readline().decode().strip()
+    proc.kill()
+    proc.wait(timeout=60)
+    assert name.startswith("run-") and name in backend.names(), name  # (any CLI call would collect it)
+    return name
+
+
+def test_the_next_call_or_gc_collects_the_sandbox_of_a_run_killed_with_sigkill(
+        home: Path, local_backend: LocalBackend) -> None:
+    before = state(home)
+    name = _orphan_a_run(home, local_backend)
+    listed = hs(home, "ls", "--json")  # the next CLI call collects it, and says so
+    assert name not in listed.stdout and f"collected {name}" in listed.stderr, listed.stderr
+    assert state(home) == before
+    name = _orphan_a_run(home, local_backend)
+    result = subprocess.run(cli(home, "gc"), capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and name in result.stderr, result.stderr
+    assert state(home) == before
+    assert [r["type"] for r in as_json(home, "log", name)][-1] == "destroy"
+
+
+def test_a_live_runs_sandbox_is_not_collected(home: Path) -> None:
+    proc = subprocess.Popen(cli(home, "run", "--", "hostname; read line; echo done"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdin is not None
+    name = proc.stdout.readline().decode().strip()
+    assert ok(home, "gc").stderr.startswith("collected 0 sandbox(es)")
+    assert name in [s["name"] for s in as_json(home, "ls")]
+    proc.stdin.write(b"go\n")
+    proc.stdin.close()
+    assert proc.stdout.read() == b"done\n" and proc.wait(timeout=60) == 0
+
+
+INTERRUPTED_WHILE_IMPORTING = """
+import builtins, os, signal, sys
+real_import, target = builtins.__import__, sys.argv[1]
+def interrupting_import(name, *args, **kwargs):
+    if name == target:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, exactly while the CLI imports this module
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupting_import
+sys.argv = ["hermes-sandboxes", *sys.argv[2:]]
+from hermes_sandboxes.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["click", "rich.console", "hermes_sandboxes.recorder"])
+def test_ctrl_c_during_start_up_prints_no_traceback(home: Path, module: str) -> None:
+    done = subprocess.run([CLI[0], "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home), "ls"],
+                          capture_output=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done
+
+
+# -- any bytes -------------------------------------------------------------------------------------------
+
+CORPUS = [b"caf\xe9", b"\xff\xfe", b"bell\x07esc\x1b[31mred", b"tab\there", "snowman \u2603".encode()]
+
+
+@pytest.mark.parametrize("text", CORPUS)
+def test_commands_and_output_with_any_bytes_run_and_are_journaled(
+        home: Path, box: LocalSandbox, text: bytes) -> None:
+    done = subprocess.run(cli(home, "exec", box.name, "--", b"printf '%s\\n' '" + text + b"'"),
+                          capture_output=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, text + b"\n", b"")
+    [record] = log_of(home, box.name)
+    assert record["exit_code"] == 0 and record["command"].startswith("printf"), record
+    plain = subprocess.run(cli(home, "log", box.name), capture_output=True, timeout=60, check=False)
+    assert plain.returncode == 0 and b"\x1b" not in plain.stdout and b"\x07" not in plain.stdout, plain
+
+
+def test_exec_of_an_invalid_utf8_argument_exits_0_and_is_journaled(home: Path, box: LocalSandbox) -> None:
+    done = subprocess.run(cli(home, "exec", box.name, "--", b"echo caf\xe9"), capture_output=True, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"caf\xe9\n", b"")
+    assert [r["command"] for r in log_of(home, box.name)] == ["echo caf\\xe9"]
+
+
+@pytest.mark.parametrize("text", CORPUS)
+def test_checkpoints_diffs_and_previews_survive_any_bytes_in_comments_and_paths(
+        home: Path, box: LocalSandbox, text: bytes) -> None:
+    done = subprocess.run(cli(home, "checkpoint", "create", box.name, "-m", text), capture_output=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    taken = done.stdout.decode().strip()
+    [listed] = as_json(home, "checkpoint", "list", box.name)
+    assert listed["trigger"] == "manual", listed
+    # a file named by the same bytes, and one with a long name, made byte for byte (an argv)
+    subprocess.run(cli(home, "exec", box.name, "--", "touch", b"/root/" + text, "/root/" + "l" * 250),
+                   check=True, capture_output=True, timeout=60)
+    for args in (["checkpoint", "diff", box.name, taken, "--full"], ["checkpoint", "list", box.name],
+                 ["checkpoint", "show", box.name, taken], ["log", box.name],
+                 ["checkpoint", "restore", box.name, taken, "--yes"]):
+        shown = subprocess.run(cli(home, *args), capture_output=True, timeout=60, check=False)
+        assert shown.returncode == 0 and b"Traceback" not in shown.stderr, (args, shown)
+        assert b"\x1b[" not in shown.stdout and b"\x07" not in shown.stdout, (args, shown.stdout)
+
+
+def test_a_very_long_line_of_output_passes_through_whole(home: Path, box: LocalSandbox) -> None:
+    done = subprocess.run(cli(home, "exec", box.name, "--", "head -c 3000000 /dev/zero | tr '\\0' a; echo"),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == b"a" * 3_000_000 + b"\n"
+
+
+# -- destructive commands -------------------------------------------------------------------------------
+
+
+def test_rm_refuses_without_yes_when_stdin_is_not_a_terminal(home: Path, box: LocalSandbox) -> None:
+    before = state(home, box.name)
+    done = subprocess.run(cli(home, "rm", box.name), input=b"n\n", capture_output=True, timeout=60, check=False)
+    assert done.returncode == 2 and done.stderr.decode().count("\n") == 1, done.stderr
+    assert b"add --yes" in done.stderr
+    assert state(home, box.name) == before
