@@ -18,6 +18,7 @@ import pytest
 from cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.identity import unique_name
 
 home, box = cli_kit.home, cli_kit.box
 
@@ -101,6 +102,15 @@ def test_bad_exec_options_are_usage_errors_that_run_nothing(
     assert state(home, box.name) == before and log_of(home, box.name) == []
 
 
+@pytest.mark.parametrize("command", [["create", "{name}"], ["run"]])
+def test_a_memory_limit_without_a_unit_is_refused_as_ambiguous(home: Path, command: list[str]) -> None:
+    before = state(home)
+    args = [part.format(name=unique_name("cli")) for part in command]
+    assert_one_line_error(hs(home, *args, "--memory", "512", *(["--", "true"] if args == ["run"] else [])),
+                          exit_code=2, says="no unit")
+    assert state(home) == before
+
+
 def test_exec_without_the_double_dash_hints_at_it(home: Path, box: LocalSandbox) -> None:
     assert_one_line_error(hs(home, "exec", box.name, "ls", "-la"), exit_code=2,
                           says="put the command after --")
@@ -109,7 +119,7 @@ def test_exec_without_the_double_dash_hints_at_it(home: Path, box: LocalSandbox)
 def test_a_missing_working_directory_is_the_commands_failure_not_the_sandboxes(
         home: Path, box: LocalSandbox) -> None:
     result = hs(home, "exec", box.name, "--cwd", "/nonexistent", "--", "true")
-    assert result.exit_code != 125 and "cannot use /nonexistent as working directory" in result.stderr
+    assert result.exit_code == 126 and "cannot use /nonexistent as working directory" in result.stderr
 
 
 # -- signals and broken pipes ------------------------------------------------------------------------

@@ -216,7 +216,7 @@ class SpecSettings(BackendSettings):
         # A bare YAML number is refused: 2048 could mean bytes or megabytes.
         text = _require_text(value, "a size with a unit, e.g. 512M or 2G")
         try:
-            size = parse_size(text)
+            size = parse_size(text, unit_required=True)
         except InvalidInput as exc:
             raise ValueError(str(exc)) from None
         if size < 16 * 1024**2:

@@ -14,8 +14,9 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNOREC
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
-def parse_size(text: str | int) -> int:
-    """``"2G"`` -> 2147483648. Units K, M, G, T are powers of 1024; a bare number is bytes."""
+def parse_size(text: str | int, *, unit_required: bool = False) -> int:
+    """``"2G"`` -> 2147483648. Units K, M, G, T are powers of 1024; a bare number is bytes, unless
+    ``unit_required`` (memory limits: ``512`` is far more likely meant as megabytes than bytes)."""
     if isinstance(text, bool):
         raise InvalidInput(f"{text!r} is not a size: write a number with a unit, e.g. 512M or 2G")
     if isinstance(text, int):
@@ -28,6 +29,9 @@ def parse_size(text: str | int) -> int:
     value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
     if value < 1:
         raise InvalidInput(f"size must be at least one byte, got {text!r}")
+    if unit_required and not match.group(2) and not text.strip().upper().endswith("B"):
+        raise InvalidInput(f"{text.strip()!r} has no unit, so it could mean bytes or megabytes: write e.g. "
+                           f"{text.strip()}M or {text.strip()}B")
     return int(value)
 
 

@@ -16,7 +16,7 @@ from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import Outcome, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Session, Workspace
-from hermes_sandboxes.errors import SandboxError, Unsupported
+from hermes_sandboxes.errors import InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.recorder import StoriedCheckpoint
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, SandboxSpec
@@ -70,6 +70,10 @@ def command_options(func: F) -> F:
 def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...], memory: str | None,
                pids: int | None, cpus: float | None, base: str | None, masks: tuple[str, ...]) -> SandboxSpec:
     """The settings' spec with the flags laid over it; ``--base``/``--mask`` are backend settings."""
+    try:
+        memory_bytes = parse_size(memory, unit_required=True) if memory is not None else None
+    except InvalidInput as exc:  # as the settings say it: a bare number is ambiguous
+        raise click.BadParameter(str(exc), param_hint="'--memory'") from None
     workspace.override(base=base, masks=list(masks))
     default = workspace.effective.settings.spec()
     limits = default.limits
@@ -77,7 +81,7 @@ def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...]
         default,
         network=network or default.network,  # type: ignore[arg-type]
         allow=tuple(allow) or default.allow,
-        limits=Limits(parse_size(memory) if memory is not None else limits.memory_bytes,
+        limits=Limits(memory_bytes if memory_bytes is not None else limits.memory_bytes,
                       pids or limits.pids, cpus or limits.cpus, limits.disk_bytes),
     )
 

@@ -11,7 +11,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import e2b
 
@@ -38,6 +38,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    Stdin,
 )
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ class E2BSandbox(Sandbox):
 
     # commands ------------------------------------------------------------------------------------
     def exec(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-             stdin: bytes | None = None, timeout: float | None = None, on_stdout: OutputSink | None = None,
+             stdin: Stdin = None, timeout: float | None = None, on_stdout: OutputSink | None = None,
              on_stderr: OutputSink | None = None, capture_limit: int = 256 * 1024) -> ExecResult:
         settings = self._backend.settings
         need = 0 if timeout is None else int(timeout) + 1 + settings.command_grace_seconds
@@ -154,16 +155,16 @@ class E2BSandbox(Sandbox):
             self._local.deadline = None
 
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              stdin: Stdin = None, on_stdout: OutputSink | None = None,
               on_stderr: OutputSink | None = None) -> Process:
         self._renew_for(self._backend.lease(self.ephemeral))
         return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, None)
 
     def _start_for_exec(self, command: Command, *, cwd: str | None, env: Mapping[str, str] | None,
-                        stdin: bytes | None, on_stdout: OutputSink, on_stderr: OutputSink) -> Process:
+                        stdin: Stdin, on_stdout: OutputSink, on_stderr: OutputSink) -> Process:
         return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, getattr(self._local, "deadline", None))
 
-    def _launch(self, command: Command, cwd: str | None, env: Mapping[str, str] | None, stdin: bytes | None,
+    def _launch(self, command: Command, cwd: str | None, env: Mapping[str, str] | None, stdin: Stdin,
                 on_stdout: OutputSink | None, on_stderr: OutputSink | None, deadline: float | None) -> E2BProcess:
         if isinstance(command, str):
             line = command
@@ -181,10 +182,22 @@ class E2BSandbox(Sandbox):
 
         handle = self._resuming("start a command", run)
         sdk = self._sdk
-        if stdin is not None:
+        if isinstance(stdin, bytes):
             self.call("send input", lambda: sdk.commands.send_stdin(handle.pid, stdin))
             self.call("close input", lambda: sdk.commands.close_stdin(handle.pid))
+        elif stdin is not None:  # a stream: passed on chunk by chunk beside the command (contract)
+            threading.Thread(target=self._feed, args=(sdk, handle.pid, stdin), daemon=True).start()
         return E2BProcess(self, handle, on_stdout, on_stderr)
+
+    def _send(self, sdk: Any, pid: int, chunk: bytes) -> None:
+        self.call("send input", lambda: sdk.commands.send_stdin(pid, chunk))
+
+    def _feed(self, sdk: Any, pid: int, source: BinaryIO) -> None:
+        read = getattr(source, "read1", source.read)
+        with contextlib.suppress(SandboxError, OSError, ValueError):  # the command ended first
+            while chunk := read(65536):
+                self._send(sdk, pid, chunk)
+            self.call("close input", lambda: sdk.commands.close_stdin(pid))
 
     # files ---------------------------------------------------------------------------------------
     @staticmethod

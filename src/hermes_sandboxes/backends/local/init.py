@@ -259,7 +259,8 @@ def _spawn_command(message: dict[str, Any], fds: list[int]) -> int:
     try:
         os.chdir(cwd)  # posix_spawn has no chdir here: the child inherits ours, restored below
     except OSError as exc:
-        return _fail(fds, f"hermes-sandboxes: cannot use {cwd} as working directory: {exc.strerror}", 1)
+        # 126, as a shell says "found but cannot be run": distinct from the command's own failures
+        return _fail(fds, f"hermes-sandboxes: cannot use {cwd} as working directory: {exc.strerror}", 126)
     try:
         path, code = _resolve(argv[0], env)
         if path is None:
