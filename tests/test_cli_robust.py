@@ -269,3 +269,38 @@ def test_rm_refuses_without_yes_when_stdin_is_not_a_terminal(home: Path, box: Lo
     assert done.returncode == 2 and done.stderr.decode().count("\n") == 1, done.stderr
     assert b"add --yes" in done.stderr
     assert state(home, box.name) == before
+
+
+# -- the fast path ---------------------------------------------------------------------------------------
+
+
+def _imported(home: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
+    done = subprocess.run([CLI[0], "-X", "importtime", *CLI[1:], "--home", str(home), *args],
+                          capture_output=True, timeout=60, check=False)
+    modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
+               if line.startswith("import time:")}
+    return done, modules
+
+
+def test_exec_imports_neither_click_rich_pydantic_nor_the_risk_parser_once_settings_are_cached(
+        home: Path, box: LocalSandbox) -> None:
+    ok(home, "config")  # the full CLI validates the settings and caches them
+    done, modules = _imported(home, "exec", box.name, "-e", "A=1", "-w", "/tmp", "--", "ls", "/tmp")
+    assert done.returncode == 0 and done.stdout == b"", done
+    assert not {"click", "rich", "pydantic", "yaml", "hermes_sandboxes.risk.scan"} & modules, modules
+    assert [r["command"] for r in log_of(home, box.name)] == ["ls /tmp"]
+    # what the fast path does not know, the full CLI handles, with the same messages
+    done, modules = _imported(home, "exec", box.name, "--env", "NOEQUALS", "--", "true")
+    assert done.returncode == 2 and "click" in modules
+    assert b"error: Invalid value for '--env' / '-e'" in done.stderr
+
+
+def test_a_changed_config_file_is_validated_again(home: Path, box: LocalSandbox, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[local]\nnetwork = 'loopback'\n")
+    env = {**os.environ, "HERMES_SANDBOXES_CONFIG": str(config)}
+    run = [*CLI, "--home", str(home), "exec", box.name, "--", "true"]
+    assert subprocess.run(run, env=env, capture_output=True, timeout=60, check=False).returncode == 0
+    config.write_text("[local]\nnetwork = 'wifi'\n")  # invalid now: the cache must not hide it
+    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and "network" in done.stderr and "wifi" in done.stderr, done.stderr

@@ -36,9 +36,8 @@ import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.diffsummary import DiffSummary, summarize
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.journal import (
     MAX_OUTPUT_TAIL_CHARS,
@@ -79,6 +78,9 @@ from hermes_sandboxes.sandbox import (
     Stdin,
 )
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.diffsummary import DiffSummary
 
 logger = logging.getLogger(__name__)
 
@@ -583,6 +585,8 @@ class RecordedSandbox:
                             if include_internal or not is_hermes_scratch(c.path))
         except Unsupported as exc:
             return RestorePreview(checkpoint, commands, None, None, str(exc))
+        from hermes_sandboxes.diffsummary import summarize  # previews only: off the hot path of exec
+
         return RestorePreview(checkpoint, commands, changes, summarize(changes))
 
     def restore(self, checkpoint_id: str, *, include_internal: bool = False) -> list[ExecRecord] | None:

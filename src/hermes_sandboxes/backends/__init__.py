@@ -36,6 +36,9 @@ class BackendEntry:
     factory: str  # "module:function": settings -> Backend (imported only when chosen)
     extra: str | None = None  # the pip extra that installs its dependencies
     requires: tuple[str, ...] = ()  # top-level modules the factory needs
+    # "module:function": validated settings values (the model's JSON dump) -> Backend, importing no
+    # settings model; lets the CLI's fast path build the backend from its settings cache
+    from_values: str | None = None
 
     def missing(self) -> list[str]:
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
@@ -53,7 +56,8 @@ def register(entry: BackendEntry) -> None:
 register(BackendEntry(
     "local", "namespaces, an overlay root and a copy-on-write store on this machine (Linux, root)",
     "hermes_sandboxes.backends.local.settings:LocalSettings",
-    "hermes_sandboxes.backends.local.factory:build_backend"))
+    "hermes_sandboxes.backends.local.factory:build_backend",
+    from_values="hermes_sandboxes.backends.local.factory:from_values"))
 register(BackendEntry(
     "sprites", "Fly.io Sprites: persistent cloud VMs with checkpoints",
     "hermes_sandboxes.backends.sprites_settings:SpritesSettings",
@@ -110,6 +114,17 @@ def build(settings: BackendSettings, name: str | None = None) -> Backend:
         raise MissingDependency(problem)
     factory: Callable[[BackendSettings], Backend] = _load(entry(name).factory, f"the {name} backend")
     return factory(settings)
+
+
+def build_from_values(name: str, values: Mapping[str, Any]) -> Backend | None:
+    """Backend ``name`` from settings values validated earlier (see ``BackendEntry.from_values``);
+    None when the backend offers no such way, or not for these values (the caller validates and
+    uses ``build``)."""
+    found = entry(name)
+    if found.from_values is None or found.missing():
+        return None
+    factory: Callable[[Mapping[str, Any]], Backend | None] = _load(found.from_values, f"the {name} backend")
+    return factory(values)
 
 
 def validate(name: str, raw: Mapping[str, Any] | None, *, where: str) -> BackendSettings:

@@ -1,7 +1,9 @@
 """The ``hermes-sandboxes`` command-line tool (entry point ``hermes_sandboxes.cli:main``).
 
-``main`` imports the click application only when it runs, inside its own Ctrl-C guard: an
-interrupt while Python is still importing ends the command quietly (exit 130), not with a traceback.
+``main`` first offers the arguments to the fast path (fast.py: ``exec`` with the standard library,
+the contract and the recorder only); anything else goes to the click application, imported only
+then. Both imports happen inside a Ctrl-C guard: an interrupt while Python is still importing ends
+the command quietly (exit 130), not with a traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     try:
+        from hermes_sandboxes.cli.fast import try_exec
+
+        code = try_exec(sys.argv[1:] if argv is None else list(argv))
+        if code is not None:
+            sys.exit(code)
         from hermes_sandboxes.cli.app import main as app_main
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")

@@ -20,17 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hermes_sandboxes.journal import utf8_safe
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f) if c not in (0x09, 0x0a)}
-
-
-def printable(text: str, *, newlines: bool = True) -> str:
-    """What we print of text that came from a sandbox (paths, commands, comments): invalid UTF-8
-    as ``\\xNN`` and control characters escaped, so no terminal escape sequence from inside gets
-    through and no byte can make printing fail."""
-    safe = utf8_safe(text).translate(_CONTROL)
-    return safe if newlines else safe.replace("\n", "\\n")
+from hermes_sandboxes.cli.text import printable
 
 
 class Ui:

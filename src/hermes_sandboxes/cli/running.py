@@ -26,7 +26,7 @@ from hermes_sandboxes.cli.session import CliPolicy, Session, recorder_policy
 from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
 from hermes_sandboxes.journal import command_text
 from hermes_sandboxes.recorder import RecordedProcess, StoriedCheckpoint
-from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Command, OutputSink, Stdin
+from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink, Stdin
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a pipeline member SIGPIPE killed
 
@@ -129,6 +129,35 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
             return Outcome(EXIT_BROKEN_PIPE, broken_pipe=True)
         proc.record(code)
     return Outcome(code)
+
+
+Note = Callable[..., None]  # (text, style=None): a note for people on stderr
+
+
+def announcer(note: Note, name: str) -> Callable[[StoriedCheckpoint, tuple[str, ...]], None]:
+    """The automatic-checkpoint note, said before the command starts (an endless or interrupted
+    command has still told the user how to undo it)."""
+
+    def announce(taken: StoriedCheckpoint, reasons: tuple[str, ...]) -> None:
+        why = f" ({', '.join(reasons)})" if reasons else ""
+        note(f"checkpoint {taken.id} taken first{why}; undo with: "
+             f"hermes-sandboxes checkpoint restore {name} {taken.id}")
+
+    return announce
+
+
+def finish(note: Note, session: Session, outcome: Outcome, timeout: float | None) -> int:
+    """The exit code, after saying what the user must know (a timeout and what it killed)."""
+    if outcome.broken_pipe:
+        return outcome.exit_code
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    if outcome.timed_out:
+        tree = Capability.TREE_KILL in session.sandbox.backend.capabilities
+        what = ("the command and every process it started were killed" if tree
+                else "the command was killed; processes it detached may still run")
+        note(f"timed out after {timeout:g}s: {what} (exit 124)", style="yellow")
+    return outcome.exit_code
 
 
 def _stop(proc: RecordedProcess, why: str | None, *, timed_out: bool = False) -> None:

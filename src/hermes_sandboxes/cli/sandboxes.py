@@ -14,11 +14,10 @@ import click
 from hermes_sandboxes import backends
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
-from hermes_sandboxes.cli.running import Outcome, run_command, stdin_for
-from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Session, Workspace
+from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
+from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.identity import validate_name
-from hermes_sandboxes.recorder import StoriedCheckpoint
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, SandboxSpec
 from hermes_sandboxes.units import parse_size
 
@@ -111,30 +110,6 @@ def to_command(args: tuple[str, ...]) -> Command:
     return args[0] if len(args) == 1 else list(args)
 
 
-def _announcer(ui: Ui, name: str) -> Callable[[StoriedCheckpoint, tuple[str, ...]], None]:
-    """The automatic-checkpoint note, said before the command starts (an endless or interrupted
-    command has still told the user how to undo it)."""
-
-    def announce(taken: StoriedCheckpoint, reasons: tuple[str, ...]) -> None:
-        why = f" ({', '.join(reasons)})" if reasons else ""
-        ui.note(f"checkpoint {taken.id} taken first{why}; undo with: "
-                f"hermes-sandboxes checkpoint restore {name} {taken.id}")
-
-    return announce
-
-
-def _finish(ui: Ui, session: Session, outcome: Outcome, timeout: float | None) -> int:
-    if outcome.broken_pipe:
-        return outcome.exit_code
-    sys.stdout.flush()
-    if outcome.timed_out:
-        tree = Capability.TREE_KILL in session.sandbox.backend.capabilities
-        what = ("the command and every process it started were killed" if tree
-                else "the command was killed; processes it detached may still run")
-        ui.note(f"timed out after {timeout:g}s: {what} (exit 124)", style="yellow")
-    return outcome.exit_code
-
-
 @contextlib.contextmanager
 def _exit_125_on_error() -> Iterator[None]:
     """In commands that exit with their command's code, our own failures exit 125 (as `docker run`)
@@ -188,14 +163,15 @@ def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str
     ui = Ui()
     cmd, env = to_command(command), parse_env(env_pairs)
     check_cwd(cwd)
+    workspace.backend  # noqa: B018 - settings and backend errors are ours (exit 1), not the sandbox's
     with _exit_125_on_error():
         session = workspace.session(workspace.sandbox(name), policy=policy, secrets=env)
         try:
             outcome = run_command(session, cmd, policy=policy, cwd=cwd, env=env, timeout=timeout,
-                                  stdin=stdin_for(interactive), announce=_announcer(ui, name))
+                                  stdin=stdin_for(interactive), announce=announcer(ui.note, name))
         finally:
             session.close()
-    return _finish(ui, session, outcome, timeout)
+    return finish(ui.note, session, outcome, timeout)
 
 
 @click.command(short_help="Run a command in a throw-away sandbox.")
@@ -218,12 +194,12 @@ def run(workspace: Workspace, /, cwd: str | None, env_pairs: tuple[str, ...], in
         try:
             session.record_create()
             outcome = run_command(session, cmd, policy="off", cwd=cwd, env=env, timeout=timeout,
-                                  stdin=stdin_for(interactive), announce=_announcer(ui, sandbox.name))
+                                  stdin=stdin_for(interactive), announce=announcer(ui.note, sandbox.name))
         finally:
             with signals.held(), ui.status(f"destroying {sandbox.name}…"):
                 session.destroy()
                 workspace.release(sandbox.name)
-    return _finish(ui, session, outcome, timeout)
+    return finish(ui.note, session, outcome, timeout)
 
 
 @click.command(short_help="Interactive bash inside a sandbox.")

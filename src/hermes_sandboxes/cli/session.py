@@ -12,15 +12,15 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from hermes_sandboxes import backends, config
+from hermes_sandboxes import backends
+from hermes_sandboxes.cli import settings_cache
 from hermes_sandboxes.cli.owners import Owners
 from hermes_sandboxes.errors import InvalidInput, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.journal import Journal
 from hermes_sandboxes.recorder import RecordedExec, RestorePreview, StoriedCheckpoint
-from hermes_sandboxes.risk import CheckpointPolicy
 from hermes_sandboxes.sandbox import (
     Backend,
     Capability,
@@ -32,6 +32,10 @@ from hermes_sandboxes.sandbox import (
 )
 from hermes_sandboxes.secrets import Redactor
 from hermes_sandboxes.state import HostState
+
+if TYPE_CHECKING:  # both import what the hot path (exec) avoids: pydantic, the risk parser
+    from hermes_sandboxes import config
+    from hermes_sandboxes.risk import CheckpointPolicy
 
 CliPolicy = Literal["auto", "always", "off"]
 CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
@@ -69,16 +73,38 @@ class Workspace:
     @property
     def effective(self) -> config.Effective:
         if self._effective is None:
+            from hermes_sandboxes import config
+
             self._effective = config.load(self._backend_name, self._config_path, self._overrides)
+            settings_cache.store(self.state.root, self._cache_key(), self._effective.backend,
+                                 self._effective.settings.model_dump(mode="json"))
         return self._effective
+
+    def _cache_key(self) -> str:
+        return settings_cache.key(self._backend_name, self._config_path, self._overrides)
+
+    def cached_backend(self) -> bool:
+        """Build the backend from the settings cache (no validation, no pydantic), if it has them."""
+        hit = settings_cache.lookup(self.state.root, self._cache_key())
+        if hit is None:
+            return False
+        built = backends.build_from_values(*hit)
+        if built is None:
+            return False
+        self._use(built)
+        return True
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = backends.build(self.effective.settings, self.effective.backend)
-            if self.collect_orphans:
-                self.collect()
+            self._use(backends.build(self.effective.settings, self.effective.backend))
+        assert self._backend is not None
         return self._backend
+
+    def _use(self, backend: Backend) -> None:
+        self._backend = backend
+        if self.collect_orphans:
+            self.collect()
 
     @property
     def owners(self) -> Owners:
