@@ -39,9 +39,9 @@ def test_checkpoint_list_tells_the_story_newest_first(home: Path, box: LocalSand
     assert story["trigger"] == "manual" and story["previous"] == first
     assert [(c["command"], c["exit_code"]) for c in story["commands"]] == [("echo one", 0), ("exit 2", 2)]
     plain = ok(home, "checkpoint", "list", box.name).stdout.splitlines()
-    assert plain[0].split() == ["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE"]
+    assert plain[0].split() == ["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE", "HEALTH"]
     assert plain[1].startswith(second) and "after two commands" in plain[1] and " manual " in plain[1]
-    assert plain[1].split()[-3] == "2"  # commands since the previous checkpoint
+    assert plain[1].split()[-4] == "2"  # commands since the previous checkpoint
     assert plain[2].startswith(first)
 
 
@@ -208,10 +208,22 @@ def test_secrets_passed_with_env_never_reach_the_audit_log(home: Path, box: Loca
 
 def test_checkpoint_create_with_a_health_command_keeps_its_result_in_the_story(
         home: Path, box: LocalSandbox) -> None:
-    failed = ok(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok").stdout.strip()
+    result = hs(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok")
+    failed = result.stdout.strip()  # the checkpoint is kept, its id printed, and the failure said: exit 1
+    assert result.exit_code == 1 and "health check FAILED (exit 1): test -f /root/ok" in result.stderr
     ok(home, "exec", box.name, "--", "touch /root/ok")
     passed = ok(home, "checkpoint", "create", box.name, "--health", "test -f /root/ok").stdout.strip()
     story = {c["id"]: c["health"] for c in as_json(home, "checkpoint", "list", box.name)}
     assert (story[failed]["passed"], story[failed]["exit_code"]) == (False, 1)
     assert (story[passed]["passed"], story[passed]["command"]) == (True, "test -f /root/ok")
     assert "passed: test -f /root/ok" in ok(home, "checkpoint", "show", box.name, passed).stdout
+    rows = {line.split()[0]: line.split()[-1] for line in ok(home, "checkpoint", "list", box.name).stdout.splitlines()}
+    assert (rows[failed], rows[passed]) == ("FAILED", "passed")
+
+
+def test_a_hung_health_command_is_killed_at_its_timeout_and_counts_as_failed(home: Path, box: LocalSandbox) -> None:
+    result = hs(home, "checkpoint", "create", box.name, "--health", "sleep 600", "--health-timeout", "1")
+    assert result.exit_code == 1 and "health check FAILED (timed out)" in result.stderr, result.stderr
+    [taken] = as_json(home, "checkpoint", "list", box.name)
+    assert taken["health"]["passed"] is False and taken["id"] == result.stdout.strip()
+    assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"

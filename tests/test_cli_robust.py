@@ -7,6 +7,7 @@ a signal or a terminal is the point.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -304,3 +305,28 @@ def test_a_changed_config_file_is_validated_again(home: Path, box: LocalSandbox,
     config.write_text("[local]\nnetwork = 'wifi'\n")  # invalid now: the cache must not hide it
     done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1 and "network" in done.stderr and "wifi" in done.stderr, done.stderr
+
+
+# -- smaller points ----------------------------------------------------------------------------------------
+
+
+def test_the_automatic_checkpoint_note_comes_before_the_command_runs(home: Path, box: LocalSandbox) -> None:
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "rm -rf /root/scratch; exec sleep 600"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        note = proc.stderr.readline().decode()  # while the command still runs
+        assert note.startswith("checkpoint ck-") and "undo with: hermes-sandboxes checkpoint restore" in note, note
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+
+
+def test_ls_never_calls_a_sandbox_a_dead_checkpoint_left_frozen_running(home: Path, box: LocalSandbox) -> None:
+    ok(home, "exec", box.name, "--", "true")  # its init runs
+    freezer = Path(json.loads((box.backend.layout.run_dir(box.name) / "init.json").read_text())["cgroups"]["freezer"])
+    (freezer / "freezer.state").write_text("FROZEN")  # what a checkpoint killed with -9 leaves behind
+    [listed] = [s for s in as_json(home, "ls") if s["name"] == box.name]
+    assert listed["state"] == "running" and (freezer / "freezer.state").read_text().strip() == "THAWED", listed
+    assert ok(home, "exec", box.name, "--", "echo alive").stdout == "alive\n"

@@ -6,12 +6,14 @@ journal; they read ``-`` for a checkpoint it has no record of.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
+from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.output import (
     Ui,
     age,
@@ -41,9 +43,10 @@ from hermes_sandboxes.journal import (
 )
 from hermes_sandboxes.recorder import RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.risk.internal import is_hermes_scratch
-from hermes_sandboxes.sandbox import Capability, ChangeKind, FileChange
+from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Capability, ChangeKind, FileChange
 
 EXIT_CANCELLED = 1
+EXIT_HEALTH_FAILED = 1
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
@@ -60,20 +63,34 @@ def checkpoint() -> None:
 @click.argument("name")
 @click.option("-m", "--message", "comment", default="", help="What this state is (e.g. 'tests pass').")
 @click.option("--health", metavar="COMMAND", default=None,
-              help="Run COMMAND inside first (e.g. the test suite) and keep its result with the checkpoint.")
+              help="Run COMMAND inside first (e.g. the test suite) and keep its result with the checkpoint; "
+                   "exit 1 when it fails (the checkpoint is kept, marked FAILED in `checkpoint list`).")
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              metavar="SECONDS", help="Kill the health command after this long; it counts as failed.")
 @click.pass_obj
-def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str | None) -> None:
+def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str | None,
+                      health_timeout: float) -> int:
     """Checkpoint NAME now; prints the checkpoint's id."""
     ui = Ui()
     session = _session(workspace, name)
+    session.recorded.health_timeout = health_timeout
     started = time.monotonic()
     cheap = Capability.CHEAP_CHECKPOINTS in session.sandbox.backend.capabilities
-    with ui.status(f"checkpointing {name}…" if cheap else f"checkpointing {name} (a full copy of what it changed: "
-                   "this takes longer the more it changed)…"):
+    # without a health command, a signal waits for the checkpoint and its record, so the two agree;
+    # a health command (the test suite, say) stays interruptible, and Ctrl-C then takes nothing
+    held = signals.held() if health is None else contextlib.nullcontext()
+    with held, ui.status(f"checkpointing {name}…" if cheap else f"checkpointing {name} (a full copy of what "
+                         "it changed: this takes longer the more it changed)…"):
         taken = session.checkpoint(comment, health=health)
-    session.close()
-    ui.result(taken.id)
+        session.close()
+        ui.result(taken.id)
     ui.note(f"checkpoint of {name} taken in {duration(time.monotonic() - started)}")
+    if taken.health is not None and not taken.health.passed:
+        code = "timed out" if taken.health.exit_code == TIMEOUT_EXIT_CODE else f"exit {taken.health.exit_code}"
+        error(f"health check FAILED ({code}): {taken.health.command}; the checkpoint {taken.id} was kept and "
+              f"is marked failed (see: hermes-sandboxes checkpoint show {name} {taken.id})")
+        return EXIT_HEALTH_FAILED
+    return 0
 
 
 @checkpoint.command(name="list")
@@ -92,8 +109,14 @@ def list_checkpoints(workspace: Workspace, name: str, as_json: bool) -> None:
         ui.note(f"{name} has no checkpoints; take one with: hermes-sandboxes checkpoint create {name}")
         return
     rows = [[c.id, age(c.created_at), _trigger(c), one_line(c.comment) or "-", _commands_count(c),
-             human_size(c.layer_bytes)] for c in taken]
-    ui.table(["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE"], rows)
+             human_size(c.layer_bytes), _health(c)] for c in taken]
+    ui.table(["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE", "HEALTH"], rows)
+
+
+def _health(c: StoriedCheckpoint) -> str:
+    if c.health is None:
+        return "-"
+    return "passed" if c.health.passed else "FAILED"
 
 
 def _trigger(c: StoriedCheckpoint) -> str:
@@ -232,10 +255,13 @@ def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes:
         error("restore cancelled; nothing was changed")
         return EXIT_CANCELLED
     started = time.monotonic()
-    with ui.status(f"restoring {name} to {checkpoint_id}…"):
-        session.restore(checkpoint_id)
-    session.close()
-    ui.note(f"restored {name} to {checkpoint_id} in {duration(time.monotonic() - started)}", style="green")
+    # a signal now waits until the restore is applied, recorded and reported (then we exit 128+N):
+    # an interrupted restore is never applied without the journal and the user knowing
+    with signals.held():
+        with ui.status(f"restoring {name} to {checkpoint_id}…"):
+            session.restore(checkpoint_id)
+        session.close()
+        ui.note(f"restored {name} to {checkpoint_id} in {duration(time.monotonic() - started)}", style="green")
     return 0
 
 
@@ -276,8 +302,9 @@ def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: 
                    refusal=f"not deleting checkpoint {checkpoint_id} of {name}"):
         error("cancelled; nothing was changed")
         return EXIT_CANCELLED
-    session.delete_checkpoint(checkpoint_id)
-    session.close()
+    with signals.held():
+        session.delete_checkpoint(checkpoint_id)
+        session.close()
     ui.note(f"deleted checkpoint {checkpoint_id} of {name}")
     return 0
 

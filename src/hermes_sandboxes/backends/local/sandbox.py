@@ -260,6 +260,21 @@ class LocalSandbox(Sandbox):
                 time.sleep(0.002)
         (self._run / "init.json").unlink(missing_ok=True)
 
+    def _state(self) -> SandboxState:
+        """Running, stopped, or paused while a checkpoint holds it frozen. A sandbox left frozen by a
+        checkpoint that died (kill -9) is thawed here, as the next command would: never reported
+        running while nothing in it can run."""
+        runtime = self._runtime()
+        if runtime is None:
+            return SandboxState.STOPPED
+        freezer = Path(runtime["cgroups"]["freezer"])
+        with contextlib.suppress(OSError):
+            if cgroups.is_frozen(freezer):
+                if paths.is_locked(self._lock):
+                    return SandboxState.PAUSED  # a checkpoint is being taken right now
+                cgroups.thaw(freezer)
+        return SandboxState.RUNNING
+
     def info(self) -> SandboxInfo:
         self._check_exists()
         store = self._backend.store
@@ -269,7 +284,7 @@ class LocalSandbox(Sandbox):
             name=self.name,
             backend=self._backend.name,
             ephemeral=self.ephemeral,
-            state=SandboxState.RUNNING if self.is_running() else SandboxState.STOPPED,
+            state=self._state(),
             created_at=self.created_at,
             spec=self.spec,
             layer_bytes=store.layer_bytes(self.name) if layer.is_dir() else None,
