@@ -330,3 +330,19 @@ def test_ls_never_calls_a_sandbox_a_dead_checkpoint_left_frozen_running(home: Pa
     [listed] = [s for s in as_json(home, "ls") if s["name"] == box.name]
     assert listed["state"] == "running" and (freezer / "freezer.state").read_text().strip() == "THAWED", listed
     assert ok(home, "exec", box.name, "--", "echo alive").stdout == "alive\n"
+
+
+def test_a_command_the_memory_limit_kills_is_said_to_be_killed_for_memory(home: Path) -> None:
+    name = unique_name("cli")
+    ok(home, "create", name, "--memory", "64M")
+    try:
+        ok(home, "exec", name, "--", "true")
+        result = hs(home, "exec", name, "--", "python3 -c \"x = b'h' * (256 << 20); print('survived')\"")
+        assert result.exit_code == 137 and "survived" not in result.stdout
+        assert "killed for memory" in result.stderr and "limit of 64 MiB" in result.stderr, result.stderr
+        [*_, record] = log_of(home, name)
+        assert record["error"] == "killed by the sandbox's memory limit", record
+        plain_kill = hs(home, "exec", name, "--", "kill -9 $$")  # SIGKILL from elsewhere: no such claim
+        assert plain_kill.exit_code == 137 and "memory" not in plain_kill.stderr
+    finally:
+        hs(home, "rm", name, "--yes")

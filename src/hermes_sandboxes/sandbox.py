@@ -361,6 +361,11 @@ class Sandbox(ABC):
         (constant time); None when it cannot."""
         return None
 
+    def oom_kills(self) -> int | None:
+        """How many processes the sandbox's memory limit has killed so far, so that a caller can say
+        why a command died of SIGKILL; None when the backend cannot tell."""
+        return None
+
     def fork(self, new_name: str, checkpoint_id: str | None = None) -> Sandbox:
         """A new persistent sandbox ``new_name`` whose files are those of ``checkpoint_id`` (or of
         this sandbox now); this sandbox is untouched. ``Capability.FORK``."""

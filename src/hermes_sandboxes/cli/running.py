@@ -28,6 +28,7 @@ from hermes_sandboxes.journal import command_text
 from hermes_sandboxes.recorder import RecordedProcess, StoriedCheckpoint
 from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink, Stdin
 
+KILLED_EXIT_CODE = 137  # 128 + SIGKILL
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a pipeline member SIGPIPE killed
 
 
@@ -36,6 +37,7 @@ class Outcome:
     exit_code: int
     timed_out: bool = False
     broken_pipe: bool = False
+    out_of_memory: bool = False  # SIGKILLed by the sandbox's memory limit
 
 
 def stdin_for(interactive: bool) -> Stdin:
@@ -100,6 +102,7 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
     """Run ``command`` to its end; see the module's docstring for what every ending does."""
     output = Passthrough()
     proc: RecordedProcess | None = None
+    oom_before = _oom_kills(session)
     try:
         with signals.held():  # a signal now is raised once we hold the command, so we can kill it
             taken, reasons = checkpoint_first(session, command, policy, cwd) if policy != "off" else (None, ())
@@ -127,8 +130,18 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
             proc.record(code, killed=True, error="its output's reader went away (broken pipe)")
             _silence_stdout()
             return Outcome(EXIT_BROKEN_PIPE, broken_pipe=True)
+        if code == KILLED_EXIT_CODE and (after := _oom_kills(session)) is not None and after > (oom_before or 0):
+            proc.record(code, error="killed by the sandbox's memory limit")
+            return Outcome(code, out_of_memory=True)
         proc.record(code)
     return Outcome(code)
+
+
+def _oom_kills(session: Session) -> int | None:
+    try:
+        return session.sandbox.oom_kills()
+    except (SandboxError, OSError):
+        return None
 
 
 Note = Callable[..., None]  # (text, style=None): a note for people on stderr
@@ -152,12 +165,26 @@ def finish(note: Note, session: Session, outcome: Outcome, timeout: float | None
         return outcome.exit_code
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
+    if outcome.out_of_memory:
+        limit = _memory_limit(session)
+        note(f"killed for memory: the command reached the sandbox's memory limit{limit} (exit 137); "
+             "give the sandbox more with --memory when creating it", style="yellow")
     if outcome.timed_out:
         tree = Capability.TREE_KILL in session.sandbox.backend.capabilities
         what = ("the command and every process it started were killed" if tree
                 else "the command was killed; processes it detached may still run")
         note(f"timed out after {timeout:g}s: {what} (exit 124)", style="yellow")
     return outcome.exit_code
+
+
+def _memory_limit(session: Session) -> str:
+    try:
+        limit = session.sandbox.info().spec.limits.memory_bytes
+    except SandboxError:
+        return ""
+    if limit is None:
+        return " (the backend's default)"
+    return f" of {limit / 2**20:.0f} MiB"
 
 
 def _stop(proc: RecordedProcess, why: str | None, *, timed_out: bool = False) -> None:

@@ -242,6 +242,9 @@ class LocalSandbox(Sandbox):
                 self._cgroups = cgroups.for_sandbox(self._backend.home, self.name)
         return self._cgroups
 
+    def oom_kills(self) -> int | None:
+        return self._groups().oom_kills() if self.is_running() else 0
+
     def stop(self) -> None:
         """Kill every process of the sandbox; its files stay. The next command starts it again."""
         with self._locked():
