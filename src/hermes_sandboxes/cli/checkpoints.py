@@ -28,7 +28,7 @@ from hermes_sandboxes.cli.output import (
 )
 from hermes_sandboxes.cli.session import Session, Workspace
 from hermes_sandboxes.diffsummary import DEFAULT_MAX_ROWS, DiffSummary, full_listing, summarize
-from hermes_sandboxes.errors import SandboxNotFound
+from hermes_sandboxes.errors import SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.journal import (
     CheckpointDeleteRecord,
@@ -294,6 +294,9 @@ def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: 
     ui = Ui()
     session = _session(workspace, name)
     c = session.recorded.get_checkpoint(checkpoint_id)  # unknown id: one line, before any question
+    backend = session.sandbox.backend
+    if Capability.DELETE_CHECKPOINTS not in backend.capabilities:
+        raise Unsupported(f"the {backend.name} backend cannot delete checkpoints; nothing was changed")
     if not yes and is_stdin_tty():
         comment = f" \"{one_line(c.comment)}\"" if c.comment else ""
         ui.line(f"Checkpoint {c.id}{comment}, taken {age(c.created_at)} ago ({_trigger(c)}), "

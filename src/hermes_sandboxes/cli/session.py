@@ -76,8 +76,11 @@ class Workspace:
             from hermes_sandboxes import config
 
             self._effective = config.load(self._backend_name, self._config_path, self._overrides)
-            settings_cache.store(self.state.root, self._cache_key(), self._effective.backend,
-                                 self._effective.settings.model_dump(mode="json"))
+            if backends.entry(self._effective.backend).from_values is not None:
+                # only backends that can be built from plain values, which hold no secret (the
+                # cloud backends' settings may carry a token: never written to disk)
+                settings_cache.store(self.state.root, self._cache_key(), self._effective.backend,
+                                     self._effective.settings.model_dump(mode="json"))
         return self._effective
 
     def _cache_key(self) -> str:
