@@ -30,8 +30,7 @@ CLI = [sys.executable, "-m", "hermes_sandboxes.cli"]
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter_ns()
-    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                   check=True)
+    subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, check=True)
     return (time.perf_counter_ns() - started) / 1e6
 
 
