@@ -43,3 +43,15 @@ def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_pat
     assert results["relay_design"]["threads_mb_s"] > 0 and results["proxy_rss_mb"]["brokering"] > 0
     assert "| download 20 MB, proxy" in proc.stdout
     assert not list(Path("/tmp").glob("hsb-proxy-*")), "the benchmark left its stores behind"
+
+
+def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "cli.json"
+    bench = BENCH.parent / "bench_cli.py"
+    proc = subprocess.run([sys.executable, str(bench), "--runs", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stderr
+    report = json.loads(out.read_text())
+    assert report["results"]["ratio"] > 0 and report["results"]["cli_exec_true"]["runs"] == 3
+    assert "| CLI `exec NAME -- true`" in proc.stdout
+    assert not list(Path("/tmp").glob("hsb-cli-*")), "the benchmark left its store behind"

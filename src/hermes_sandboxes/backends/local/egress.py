@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import forwarder, paths
-from hermes_sandboxes.egress import tls
 from hermes_sandboxes.egress.broker import BrokeredCredential, new_placeholder
 from hermes_sandboxes.errors import SandboxError
 
@@ -105,6 +104,8 @@ def _write_inside(dir_fd: int, name: str, data: bytes) -> None:
 
 
 def _install_trust(dir_fd: int, ca_dir: Path, lower: str) -> None:
+    from hermes_sandboxes.egress import tls  # cryptography: only when a proxy starts, never per exec
+
     ca_pem = tls.ensure_ca(ca_dir)
     try:
         system = (Path(lower) / _SYSTEM_BUNDLE).read_bytes()
