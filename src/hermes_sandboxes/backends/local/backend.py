@@ -10,15 +10,13 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hermes_sandboxes.backends.local import cgroups, paths
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
-from hermes_sandboxes.backends.local.store import BtrfsStore, CopyStore, Store
-from hermes_sandboxes.egress import policy
-from hermes_sandboxes.egress.broker import BrokeredCredential
 from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.lazy import lazy_module
 from hermes_sandboxes.sandbox import (
     NETWORK_MODES,
     Backend,
@@ -28,6 +26,15 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
 )
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends.local import store as storage
+    from hermes_sandboxes.backends.local.store import Store
+    from hermes_sandboxes.egress import policy
+    from hermes_sandboxes.egress.broker import BrokeredCredential
+else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs neither
+    storage = lazy_module("hermes_sandboxes.backends.local.store")
+    policy = lazy_module("hermes_sandboxes.egress.policy")
 
 log = logging.getLogger(__name__)
 StoreKind = Literal["auto", "btrfs", "copy"]
@@ -108,17 +115,18 @@ class LocalBackend(Backend):
             kind = self._store_kind
         if kind == "auto":
             kind = "btrfs" if _btrfs_possible() else "copy"
-        store: Store = BtrfsStore(self.home, self._image_size) if kind == "btrfs" else CopyStore(self.home)
+        store: Store = (storage.BtrfsStore(self.home, self._image_size) if kind == "btrfs"
+                        else storage.CopyStore(self.home))
         try:
             store.ensure()
         except Exception as exc:
             if self._store_kind != "auto" or recorded:
                 raise
             log.warning("btrfs store unusable (%s); falling back to full copies", exc)
-            store = CopyStore(self.home)
+            store = storage.CopyStore(self.home)
             store.ensure()
-        if isinstance(store, CopyStore):
-            log.warning(CopyStore.warning)
+        if isinstance(store, storage.CopyStore):
+            log.warning(storage.CopyStore.warning)
         if not recorded:
             paths.write_json(self.home / "store.json", {"kind": store.kind})
         return store

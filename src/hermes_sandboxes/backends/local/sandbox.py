@@ -12,20 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.local import (
-    cgroups,
-    client,
-    egress,
-    fileops,
-    hiding,
-    launcher,
-    masks,
-    paths,
-    protocol,
-    treediff,
-)
-from hermes_sandboxes.backends.local.store import tree_bytes
-from hermes_sandboxes.egress import policy
+from hermes_sandboxes.backends.local import cgroups, client, fileops, paths, protocol
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     ExecFailed,
@@ -34,6 +21,7 @@ from hermes_sandboxes.errors import (
     SandboxFileNotFound,
     SandboxNotFound,
 )
+from hermes_sandboxes.lazy import lazy_module
 from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
@@ -49,7 +37,18 @@ from hermes_sandboxes.sandbox import (
 from hermes_sandboxes.state import HostState
 
 if TYPE_CHECKING:
+    from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff
+    from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.backend import LocalBackend
+    from hermes_sandboxes.egress import policy
+else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs none of them
+    egress = lazy_module("hermes_sandboxes.backends.local.egress")
+    hiding = lazy_module("hermes_sandboxes.backends.local.hiding")
+    launcher = lazy_module("hermes_sandboxes.backends.local.launcher")
+    masks = lazy_module("hermes_sandboxes.backends.local.masks")
+    storage = lazy_module("hermes_sandboxes.backends.local.store")
+    treediff = lazy_module("hermes_sandboxes.backends.local.treediff")
+    policy = lazy_module("hermes_sandboxes.egress.policy")
 
 # Commands start with this environment, never the host's; the caller's env is laid over it.
 BASE_ENV = {
@@ -427,7 +426,7 @@ class LocalSandbox(Sandbox):
                 continue
             if record.get("size_bytes") is None:  # snapshots never change: measure once, keep it
                 snapshot = store.checkpoint_path(self.name, checkpoint_id) / "upper"
-                record["size_bytes"] = tree_bytes(snapshot)
+                record["size_bytes"] = storage.tree_bytes(snapshot)
                 with contextlib.suppress(OSError):
                     paths.write_json(record_file, record)
             records.append(_checkpoint_from(record))
