@@ -144,6 +144,17 @@ def test_exec_passes_stdin_env_and_cwd(sprite: SpritesSandbox) -> None:
     assert result.stdout == "in\ny\n/tmp\n"
 
 
+def test_a_stdin_stream_is_passed_on_to_its_end_of_file(sprite: SpritesSandbox) -> None:
+    # (the fake starts a command once its stdin has ended, so interleaving is not observable here;
+    # the local backend's contract test shows it)
+    read_end, write_end = os.pipe()
+    with open(read_end, "rb", buffering=0) as stream:
+        with open(write_end, "wb", buffering=0) as feed:
+            feed.write(b"one\ntwo\n")
+        result = sprite.exec("while read l; do echo got-$l; done; echo eof", stdin=stream, timeout=60)
+    assert (result.exit_code, result.stdout) == (0, "got-one\ngot-two\neof\n")
+
+
 def test_output_streams_while_the_command_runs(sprite: SpritesSandbox, fake: FakeSprites) -> None:
     seen: list[bytes] = []
     proc = sprite.start("echo first; sleep 30", on_stdout=seen.append)

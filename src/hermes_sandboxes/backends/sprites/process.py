@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosed
 
 from hermes_sandboxes.errors import SandboxError, SandboxUnreachable
 from hermes_sandboxes.pump import Emit, PumpedProcess
-from hermes_sandboxes.sandbox import OutputSink
+from hermes_sandboxes.sandbox import OutputSink, Stdin
 
 from .wire import ExecSocket, Lost
 
@@ -38,7 +38,7 @@ KILL_GRACE_S = 3  # the service sends SIGKILL this long after SIGTERM
 
 
 class SpritesProcess(PumpedProcess):
-    def __init__(self, sandbox: SpritesSandbox, socket: ExecSocket, stdin: bytes | None,
+    def __init__(self, sandbox: SpritesSandbox, socket: ExecSocket, stdin: Stdin,
                  on_stdout: OutputSink | None, on_stderr: OutputSink | None) -> None:
         super().__init__(on_stdout, on_stderr)
         self._sandbox = sandbox
@@ -56,7 +56,11 @@ class SpritesProcess(PumpedProcess):
 
     def _run(self, emit_stdout: Emit, emit_stderr: Emit) -> int:
         try:
-            self._socket.send_stdin(self._stdin)
+            if self._stdin is None or isinstance(self._stdin, bytes):
+                self._socket.send_stdin(self._stdin)
+            else:  # a stream: fed beside the pump, so output flows while it is read
+                threading.Thread(target=self._socket.send_stdin_stream, args=(self._stdin,), daemon=True,
+                                 name=f"sprites-stdin-{self._sandbox.name}").start()
             self._stdin = None
             return self._socket.pump(emit_stdout, emit_stderr)
         except Lost as exc:

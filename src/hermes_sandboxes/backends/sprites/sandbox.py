@@ -34,6 +34,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    Stdin,
 )
 
 from .api import MAX_RETRY_SLEEP_S
@@ -117,7 +118,7 @@ class SpritesSandbox(Sandbox):
 
     # commands ------------------------------------------------------------------------------------
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              stdin: bytes | None = None, on_stdout: OutputSink | None = None,
+              stdin: Stdin = None, on_stdout: OutputSink | None = None,
               on_stderr: OutputSink | None = None) -> Process:
         call = ExecCall(argv=_argv(command), env=self._env(env), cwd=_checked_dir(cwd))
         return SpritesProcess(self, self._connect(call), stdin, on_stdout, on_stderr)

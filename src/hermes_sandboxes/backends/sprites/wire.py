@@ -24,6 +24,7 @@ import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 from urllib.parse import quote, urlencode
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -102,6 +103,18 @@ class ExecSocket:
                 self._ws.send(bytes([STDIN_EOF]))
         except (ConnectionClosed, OSError) as exc:
             raise Lost(f"the connection closed while sending stdin: {exc}") from None
+
+    def send_stdin_stream(self, source: BinaryIO) -> None:
+        """Pass ``source`` on chunk by chunk as it can be read, then end-of-file (the contract's rule
+        for a stream: never read whole). Runs on a thread of its own, beside the output pump."""
+        read = getattr(source, "read1", source.read)
+        try:
+            while chunk := read(STDIN_CHUNK):
+                self._ws.send(chunk if self.call.tty else bytes([STDIN]) + chunk)
+            if not self.call.tty:
+                self._ws.send(bytes([STDIN_EOF]))
+        except (ConnectionClosed, OSError, ValueError):
+            pass  # the command ended (or the stream closed) first: the rest stays unread
 
     def send_raw(self, data: bytes) -> None:
         self._ws.send(data if self.call.tty else bytes([STDIN]) + data)
