@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from hermes_sandboxes import backends
 from hermes_sandboxes.cli import settings_cache
 from hermes_sandboxes.cli.owners import Owners
-from hermes_sandboxes.errors import InvalidInput, SandboxNotFound, Unsupported
+from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.journal import Journal
 from hermes_sandboxes.recorder import RecordedExec, RestorePreview, StoriedCheckpoint
@@ -107,7 +107,10 @@ class Workspace:
     def _use(self, backend: Backend) -> None:
         self._backend = backend
         if self.collect_orphans:
-            self.collect()
+            # by the way: a sandbox we cannot collect now (busy, unreachable) waits for the next call,
+            # and never fails the command the user asked for
+            with contextlib.suppress(SandboxError, OSError):
+                self.collect()
 
     @property
     def owners(self) -> Owners:
@@ -139,6 +142,8 @@ class Workspace:
                 continue
             try:
                 session.destroy()
+            except SandboxError:
+                continue  # busy or unreachable now: left for the next call
             finally:
                 session.close()
             owners.release(name)
