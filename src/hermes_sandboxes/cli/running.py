@@ -26,6 +26,7 @@ from hermes_sandboxes.cli.session import CliPolicy, Session, recorder_policy
 from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
 from hermes_sandboxes.journal import command_text
 from hermes_sandboxes.recorder import RecordedProcess, StoriedCheckpoint
+from hermes_sandboxes.risk import hermes_internal
 from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink, Stdin
 
 KILLED_EXIT_CODE = 137  # 128 + SIGKILL
@@ -73,12 +74,21 @@ class Passthrough:
                 try:
                     binary.write(chunk)
                     binary.flush()
+                    return
                 except (BrokenPipeError, ValueError, OSError):  # ValueError: the stream was closed
                     self.broken = True
-                    if self.proc is not None:
-                        self.proc.kill()
+                    proc = self.proc
+            if proc is not None:  # else attach() kills it: output can come before start() returns
+                proc.kill()
 
         return write
+
+    def attach(self, proc: RecordedProcess) -> None:
+        with self._lock:
+            self.proc = proc
+            broken = self.broken
+        if broken:
+            proc.kill()
 
 
 def checkpoint_first(session: Session, command: Command, policy: CliPolicy,
@@ -108,9 +118,13 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
             taken, reasons = checkpoint_first(session, command, policy, cwd) if policy != "off" else (None, ())
             if taken is not None:
                 announce(taken, reasons)
-            proc = output.proc = session.recorded.start(
-                command, checkpoint="off", cwd=cwd, env=env, stdin=stdin,
+            # (the checkpoint is taken above, so that its note comes first; the framework's own
+            # housekeeping is still recorded as internal, as the recorder would judge it)
+            internal = hermes_internal(command_text(command)) is not None
+            proc = session.recorded.start(
+                command, checkpoint="off", internal=internal, cwd=cwd, env=env, stdin=stdin,
                 on_stdout=output.sink(sys.stdout), on_stderr=output.sink(sys.stderr))
+            output.attach(proc)
         code = proc.inner.wait(timeout)
     except SandboxError as exc:
         if proc is not None:
