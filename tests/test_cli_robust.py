@@ -19,7 +19,7 @@ import cli_kit
 import pytest
 from cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.identity import unique_name
 
 home, box = cli_kit.home, cli_kit.box
@@ -326,10 +326,11 @@ def test_the_automatic_checkpoint_note_comes_before_the_command_runs(home: Path,
 
 def test_ls_never_calls_a_sandbox_a_dead_checkpoint_left_frozen_running(home: Path, box: LocalSandbox) -> None:
     ok(home, "exec", box.name, "--", "true")  # its init runs
-    freezer = Path(json.loads((box.backend.layout.run_dir(box.name) / "init.json").read_text())["cgroups"]["freezer"])
-    (freezer / "freezer.state").write_text("FROZEN")  # what a checkpoint killed with -9 leaves behind
+    state = json.loads((box.backend.layout.run_dir(box.name) / "init.json").read_text())
+    groups = cgroups.from_state(state["cgroups"])
+    cgroups.freeze(groups.group)  # what a checkpoint killed with -9 leaves behind
     [listed] = [s for s in as_json(home, "ls") if s["name"] == box.name]
-    assert listed["state"] == "running" and (freezer / "freezer.state").read_text().strip() == "THAWED", listed
+    assert listed["state"] == "running" and not groups.is_frozen(), listed
     assert ok(home, "exec", box.name, "--", "echo alive").stdout == "alive\n"
 
 

@@ -269,12 +269,12 @@ class LocalSandbox(Sandbox):
         runtime = self._runtime()
         if runtime is None:
             return SandboxState.STOPPED
-        freezer = Path(runtime["cgroups"]["freezer"])
+        groups = cgroups.from_state(runtime["cgroups"])
         with contextlib.suppress(OSError):
-            if cgroups.is_frozen(freezer):
+            if groups.is_frozen():
                 if paths.is_locked(self._lock):
                     return SandboxState.PAUSED  # a checkpoint is being taken right now
-                cgroups.thaw(freezer)
+                groups.thaw()
         return SandboxState.RUNNING
 
     def info(self) -> SandboxInfo:

@@ -130,6 +130,10 @@ class SandboxCgroups(ABC):
         finally:
             groupfs.thaw(self.group)
 
+    def oom_kills(self) -> int | None:
+        """How many processes the sandbox's memory limit has killed (None: cannot tell here)."""
+        return None
+
     def is_frozen(self) -> bool:
         return groupfs.is_frozen(self.group)
 
@@ -150,3 +154,16 @@ class SandboxCgroups(ABC):
             # (a concurrent create re-makes it: see create)
             with contextlib.suppress(OSError):
                 Path(directory).parent.rmdir()
+
+
+def count_in(path: Path, key: str) -> int | None:
+    """The number after ``key`` in a flat-keyed cgroup file (``oom_kill 3``); None if absent."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return None

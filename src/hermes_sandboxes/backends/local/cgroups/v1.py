@@ -9,11 +9,12 @@ host's root group of a hierarchy would reach that root through any cgroup mount 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.cgroups import groupfs
-from hermes_sandboxes.backends.local.cgroups.base import CPU_PERIOD_US, SandboxCgroups
+from hermes_sandboxes.backends.local.cgroups.base import CPU_PERIOD_US, SandboxCgroups, count_in
 from hermes_sandboxes.sandbox import Limits
 
 
@@ -33,6 +34,15 @@ class V1Cgroups(SandboxCgroups):
             for name in ("cpuset.cpus", "cpuset.mems"):
                 if not groupfs.read(group / name):
                     groupfs.write(group / name, groupfs.read(group.parent / name))
+
+    def oom_kills(self) -> int | None:
+        # v1 counts a kill in the group of its victim (the box, under the sandbox's group), not in
+        # the group whose limit was hit: add up the sandbox's tree
+        memory = _key_with({k: Path(d) for k, d in self.dirs.items()}, "memory")
+        if memory is None:
+            return None
+        counts = [count_in(Path(d) / "memory.oom_control", "oom_kill") for d, _, _ in os.walk(memory)]
+        return sum(c for c in counts if c is not None)
 
     def _write_limits(self, level: Mapping[str, Path], limits: Limits) -> None:
         memory, pids, cpu = (_key_with(level, c) for c in ("memory", "pids", "cpu"))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.cgroups import groupfs
-from hermes_sandboxes.backends.local.cgroups.base import CPU_PERIOD_US, SandboxCgroups
+from hermes_sandboxes.backends.local.cgroups.base import CPU_PERIOD_US, SandboxCgroups, count_in
 from hermes_sandboxes.backends.local.cgroups.hierarchies import UNIFIED
 from hermes_sandboxes.sandbox import Limits
 
@@ -41,6 +41,9 @@ class V2Cgroups(SandboxCgroups):
         if level == "parent":  # the shared parent hands the controllers on to the sandboxes
             enable_controllers(group.parent)
             enable_controllers(group)
+
+    def oom_kills(self) -> int | None:
+        return count_in(Path(self.dirs[UNIFIED]) / "memory.events", "oom_kill")
 
     def _write_limits(self, level: Mapping[str, Path], limits: Limits) -> None:
         group = level[UNIFIED]
