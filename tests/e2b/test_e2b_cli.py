@@ -59,5 +59,5 @@ def test_the_cli_drives_an_e2b_sandbox_end_to_end(fake: FakeE2B, env: dict[str, 
         assert [s["state"] for s in as_json(env, "ls") if s["name"] == name] == ["paused"]
         assert ok(env, "exec", name, "--", "echo", "resumed").stdout == "resumed\n"
     finally:
-        ok(env, "rm", name)
+        ok(env, "rm", name, "--yes")
     assert fake.sandboxes() == [] and API_KEY not in hs(env, "config").stdout
