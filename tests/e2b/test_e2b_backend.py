@@ -341,3 +341,14 @@ def test_a_tightened_posture_gives_a_new_sandbox_beside_the_old(backend: E2BBack
                 backend.open(eph.name)  # an ephemeral one is never adopted, nor shadowed
         finally:
             eph.destroy()
+
+
+@pytest.mark.parametrize("internet", [True, False])
+def test_the_settings_spec_keeps_the_internet_setting(fake: FakeE2B, internet: bool) -> None:
+    # the providers open sandboxes with settings.spec(); its network must not override the setting
+    settings = E2BSettings(allow_internet_access=internet)
+    with E2BBackend(settings, api_key=API_KEY, profile=f"/profiles/{secrets.token_hex(4)}", api_url=fake.url,
+                    sandbox_url=fake.url) as backend, opened(backend, spec=settings.spec()) as sb:
+        (create,) = fake.calls("POST", "/v2/sandboxes")
+        assert create.body["allow_internet_access"] is internet and sb.internet is internet
+        assert sb.scope == scope_digest(backend.profile, "work", settings, persistent=True)

@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from hermes_sandboxes.sandbox import SandboxSpec
 from hermes_sandboxes.settings import BackendSettings, _require_text, _whole_number
 
 DEFAULT_TEMPLATE = "base"
@@ -37,6 +38,11 @@ class E2BSettings(BackendSettings):
     allow_internet_access: bool = True
     secure: bool = True
     metadata: dict[str, str] = Field(default_factory=dict)
+
+    def spec(self) -> SandboxSpec:
+        """The posture the settings ask for: the backend reads a spec's network as internet access,
+        so the default spec (no network) would silently deny it."""
+        return SandboxSpec(network="host" if self.allow_internet_access else "none")
 
     @field_validator("backend", mode="before")
     @classmethod
