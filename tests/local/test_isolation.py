@@ -23,7 +23,16 @@ import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from tests.conftest import teardown_backend
-from tests.local.kit import init_state, new_sandbox, pid_alive, register_home, sandbox_commands, sh, temp_home
+from tests.local.kit import (
+    init_state,
+    new_sandbox,
+    pid_alive,
+    register_home,
+    sandbox_commands,
+    sh,
+    temp_home,
+    wait_for,
+)
 
 # A parent for host paths the sandbox would see if nothing masked them: on the root filesystem
 # (the sandbox's base) and outside every directory masked by default.
@@ -466,7 +475,8 @@ def test_signals_from_inside_reach_neither_the_init_nor_the_host(sandbox: LocalS
         # kill(-1): every process it may signal but itself (and the namespace's init)
         assert sandbox.exec("kill -KILL -1; echo survived").stdout == "survived\n"
         assert pid_alive(init) and init_state(sandbox)["pid"] == init
-        assert "sleep 7801" not in " ".join(sandbox_commands(sandbox))
+        # a killed process shows in /proc until it has finished exiting: poll (it lagged under load)
+        wait_for(lambda: "sleep 7801" not in " ".join(sandbox_commands(sandbox)), "the killed sleep to go")
         assert host_sleep.poll() is None
         assert sandbox.exec(f"kill -KILL {host_sleep.pid}").exit_code != 0 or host_sleep.poll() is None
         assert host_sleep.poll() is None
