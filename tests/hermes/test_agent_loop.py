@@ -53,6 +53,10 @@ def test_break_and_restore(agent_loop: AgentLoop) -> None:
     assert restored["restored"] == named and "rm -rf /root/app /usr/bin/git" in restored["discarded_commands"]
     assert after["exit_code"] == 0 and "git version" in after["output"] and "v1" in after["output"]
     assert "sandbox_restore" in run.conversations[0].tool_search_catalog()
+    # Hermes's system-prompt probe ran (the model was told the sandbox's OS) and left no sandbox
+    system = json.dumps([m for m in run.conversations[0].messages if m.get("role") == "system"])
+    assert "OS: Linux" in system, system
+    assert [n for n in agent_loop.sandbox_names() if not n.startswith(agent_loop.prefix + "-default-")] == []
 
 
 def test_a_background_server_is_reached_from_a_later_command(agent_loop: AgentLoop) -> None:
@@ -106,7 +110,7 @@ def test_an_ephemeral_sandbox_is_used_and_then_destroyed(agent_loop: AgentLoop) 
     used = result["output"].strip()  # a sandbox's hostname is its name
     assert used.startswith(agent_loop.prefix + "-"), result
     assert used not in agent_loop.backend.names()
-    assert [n for n in agent_loop.sandbox_names() if "probe" not in n] == []
+    assert agent_loop.sandbox_names() == []  # the system-prompt probe's sandbox is gone too
     assert not Path("/root/mark").exists()
 
 

@@ -46,6 +46,9 @@ from .secrets import hermes_profile_secret
 
 logger = logging.getLogger(__name__)
 
+# The task id of Hermes's system-prompt probe (one ``uname`` in a fresh environment, then cleanup)
+PROBE_TASK_ID = "prompt-backend-probe"
+
 
 def terminal_persistent() -> bool:
     """``terminal.container_persistent`` as Hermes resolved it for this profile (default true)."""
@@ -221,6 +224,10 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         profile = naming.resolve_profile()  # ProfileUnresolved: refuse, never borrow the default's
         cc = container_config or {}
         persistent = bool(cc.get("container_persistent", terminal_persistent()))
+        if kwargs.get("probe_only") or task_id == PROBE_TASK_ID:
+            # Hermes's system-prompt probe: a persistent sandbox would outlive its one command and
+            # keep running next to the agent's own; an ephemeral one is destroyed at its cleanup
+            persistent = False
         try:
             backend = self.backend(settings)
         except SandboxError as exc:
