@@ -79,6 +79,7 @@ class AgentLoop:
         self.terminal: dict[str, Any] = {"backend": "sandbox", "container_persistent": True}
         self.approvals: dict[str, Any] = {"mode": "manual", "single_query_mode": "approve"}
         self.settings_yaml: str | None = None  # raw text for the plugin's settings block, when set
+        self.enabled: list[str] = ["sandbox"]  # plugins.enabled
 
     def config(self) -> dict[str, Any]:
         settings: Any = self.settings if self.settings_yaml is None else "__RAW__"
@@ -87,7 +88,7 @@ class AgentLoop:
                       "api_key": "not-a-secret"},
             "terminal": self.terminal,
             "approvals": self.approvals,
-            "plugins": {"enabled": ["sandbox"], "entries": {"sandbox": {"settings": settings}}},
+            "plugins": {"enabled": self.enabled, "entries": {"sandbox": {"settings": settings}}},
         }
 
     def write_config(self) -> None:

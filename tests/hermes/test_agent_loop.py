@@ -125,6 +125,18 @@ def test_invalid_settings_reach_the_model_as_an_error_and_nothing_runs(agent_loo
     assert agent_loop.sandbox_names() == []
 
 
+def test_without_the_plugin_enabled_there_is_no_fallback_to_the_host(agent_loop: AgentLoop) -> None:
+    # what docs/hermes.md says: terminal.backend names a provider nobody loaded, so the terminal and
+    # file tools are not offered and execute_code fails (nothing runs on the host instead)
+    agent_loop.enabled = []
+    run = agent_loop.ask([call("execute_code", code="print('ran-' + 'somewhere')"), say("no terminal here")])
+    tools = run.last.tool_names
+    assert tools and not {"terminal", "read_file", "write_file"} & set(tools), tools
+    (result,) = run.tool_results()
+    assert "Unknown environment type: sandbox" in result and "ran-somewhere" not in result, result
+    assert agent_loop.sandbox_names() == []
+
+
 RISKY = "rm -rf /root/app"
 
 
