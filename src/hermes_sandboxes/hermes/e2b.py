@@ -22,6 +22,7 @@ API_KEY = "E2B_API_KEY"
 
 class E2BProvider(SandboxProvider):
     plugin_id = "e2b"
+    uses_writer_lease = True
     backend_name = "e2b"
     label = "E2B"
     summary = "Run commands in an E2B cloud sandbox (paused between uses, snapshots as checkpoints)."

@@ -25,6 +25,7 @@ from typing import Any
 from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
 from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
+from hermes_sandboxes.leases import NotAdmitted, WriterLease
 from hermes_sandboxes.recorder import RecordedProcess, RecordedSandbox, StoriedCheckpoint
 from hermes_sandboxes.risk import RiskVerdict
 from hermes_sandboxes.sandbox import Capability, Process, Sandbox
@@ -61,6 +62,7 @@ class EnvironmentOptions:
     sync_lock: threading.Lock
     redactor: Redactor  # also the journals' redactor: a value injected here never reaches their disk
     reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
+    lease: WriterLease | None = None  # remote backends: only the scope's writer syncs state
 
 
 class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
@@ -81,9 +83,11 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self._close_lock = threading.Lock()
         self._sync = SandboxFileSync(lambda: self.sandbox, f"{recorded.inner.home}/.hermes", options.sync_lock)
         try:
-            self._sync.push(force=True)
-        except SyncFailed as exc:
-            raise EnvironmentConnectionError(str(exc)) from exc
+            self._admit(force=True)
+        except BaseException:
+            if options.lease is not None:
+                options.lease.release()
+            raise
         self.init_session()
 
     @property
@@ -147,8 +151,39 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         return origin
 
     def _before_execute(self) -> None:
+        self._admit(force=False)
+
+    def _admit(self, *, force: bool) -> None:
+        """Bring the sandbox's state up to date before a command, or refuse to run it.
+
+        Without a lease (the local backend) this process pushes. With one, the scope's writer pushes
+        (a reader that finds the lease free takes over and pushes everything); a failed push marks
+        the scope dirty. A reader runs only against prepared, clean state (see leases.py)."""
+        lease = self.options.lease
+        if lease is None:
+            self._push(force=force)
+            return
+        took_over = not lease.is_writer and lease.try_acquire()
+        if not lease.is_writer:
+            try:
+                lease.admit()
+            except NotAdmitted as exc:
+                raise EnvironmentConnectionError(str(exc)) from exc
+            return
+        force = force or took_over
+        if force:  # until this push completes, the sandbox does not hold this scope's state
+            lease.begin_prepare()
         try:
-            self._sync.push()
+            self._push(force=force)
+        except EnvironmentConnectionError:
+            lease.mark_dirty()
+            raise
+        lease.mark_clean()
+        lease.mark_prepared()
+
+    def _push(self, *, force: bool) -> None:
+        try:
+            self._sync.push(force=force)
         except SyncFailed as exc:
             raise EnvironmentConnectionError(str(exc)) from exc
 
@@ -193,7 +228,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         logger.warning("sandbox %s vanished; creating it again", self.sandbox_name)
         self.recorded = self.options.reopen()
         self._sync.reset()
-        self._sync.push(force=True)
+        self._admit(force=True)
         self._mark_recreated()
         return launch()
 
@@ -204,7 +239,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
     def after_restore(self) -> None:
         """The filesystem went back in time: resend ~/.hermes and take a fresh shell snapshot."""
         self._sync.reset()
-        self._sync.push(force=True)
+        self._admit(force=True)
         self.init_session()
 
     # --- teardown -------------------------------------------------------------------------------
@@ -213,10 +248,15 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
             if self._closed or not hasattr(self, "_sync"):
                 return
             self._closed = True
+        lease = self.options.lease
         try:
-            if not self._sync.pull():
+            if lease is not None and not lease.is_writer:
+                logger.debug("sandbox %s: not the writer, so no pull-back", self.sandbox_name)
+            elif not self._sync.pull():
                 logger.warning("sandbox %s: agent-authored files were not pulled back", self.sandbox_name)
         finally:
+            if lease is not None:
+                lease.release()
             if not self._persistent:
                 try:
                     self.recorded.destroy()

@@ -84,6 +84,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
     settings_label: ClassVar[str] = ""  # the doctor row of the settings (default "<label> settings")
 
     is_remote = True
+    uses_writer_lease: ClassVar[bool] = False  # remote services: one host process per scope syncs state
     is_container = True
     session_isolated_when_nonpersistent = True
 
@@ -259,6 +260,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         options = EnvironmentOptions(
             task_key=task_key, persistent=persistent, credentials=dict(settings.credentials),
             sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor, reopen=reopen,
+            lease=RUNTIME.writer_lease(backend, name) if self.uses_writer_lease else None,
         )
         try:
             return SandboxEnvironment(recorded, cwd=self.working_directory(cwd, settings, recorded.inner),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from hermes_sandboxes.leases import WriterLease
 from hermes_sandboxes.sandbox import Backend
 from hermes_sandboxes.settings import BackendSettings
 from hermes_sandboxes.state import HostState
@@ -43,6 +44,11 @@ class Runtime:
         key = f"{backend.key}/{name}"
         with self._lock:
             return self._sync_locks.setdefault(key, threading.Lock())
+
+    def writer_lease(self, backend: Backend, name: str) -> WriterLease:
+        """This process's view of the sandbox's writer lease (one per environment: each holds its
+        own lock file description, so environments of one process contend like processes do)."""
+        return WriterLease(self.state.root / "leases", f"{backend.key}/{name}", label=name)
 
     def forget(self) -> None:
         """Drop the cached backends (tests that tear a store down, or switch state directories)."""

@@ -94,6 +94,7 @@ def ephemeral_sprite_name(prefix: str, task_key: str) -> str:
 
 class SpritesProvider(SandboxProvider):
     plugin_id = "sprites"
+    uses_writer_lease = True
     backend_name = "sprites"
     label = "Sprites"
     settings_label = "Sprites naming"

@@ -1,0 +1,108 @@
+"""Writer leases between real processes: a child process holds (or marks) a scope's lease while this
+process contends for it. The child is driven line by line over its stdin, so nothing sleeps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_sandboxes.leases import NotAdmitted, WriterLease
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from hermes_sandboxes.leases import WriterLease
+    lease = WriterLease(sys.argv[1], sys.argv[2], label="box")
+    print("writer" if lease.try_acquire() else "reader", flush=True)
+    for line in sys.stdin:
+        getattr(lease, line.strip())()
+        print("done", flush=True)
+""")
+
+
+class Child:
+    """Another process with its own view of the lease; ``do("mark_dirty")`` calls that method there."""
+
+    def __init__(self, directory: Path, scope: str, prelude: str = "") -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", prelude + _CHILD, str(directory), scope],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        assert self.proc.stdout is not None
+        self.role = self.proc.stdout.readline().strip()
+
+    def do(self, method: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(method + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done", self.proc.stderr
+
+    def exit(self) -> str:
+        _, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return err
+
+
+@pytest.fixture
+def child(tmp_path: Path) -> Iterator[Child]:
+    started = Child(tmp_path, "e2b-123/work")
+    try:
+        yield started
+    finally:
+        if started.proc.poll() is None:
+            started.proc.kill()
+            started.proc.wait()
+
+
+def test_one_writer_per_scope_and_a_reader_takes_over_when_it_exits(tmp_path: Path, child: Child) -> None:
+    assert child.role == "writer"
+    mine = WriterLease(tmp_path, "e2b-123/work", label="box")
+    assert not mine.try_acquire() and not mine.is_writer
+    other = WriterLease(tmp_path, "e2b-123/other")  # another scope has its own writer
+    assert other.try_acquire()
+    other.release()
+    child.exit()  # the writer's process ends: its lease goes with it
+    assert mine.try_acquire() and mine.is_writer
+    again = Child(tmp_path, "e2b-123/work")
+    try:
+        assert again.role == "reader"
+    finally:
+        mine.release()
+        again.exit()
+    assert mine.try_acquire()  # released explicitly too
+    mine.release()
+
+
+def test_a_reader_is_admitted_only_to_prepared_clean_state(tmp_path: Path, child: Child) -> None:
+    reader = WriterLease(tmp_path, "e2b-123/work", label="box")
+    assert not reader.try_acquire()
+    with pytest.raises(NotAdmitted, match=r"still being prepared.*retry"):
+        reader.admit()
+    child.do("mark_prepared")
+    reader.admit()
+    child.do("mark_dirty")  # the writer's sync failed: fail closed until it succeeds again
+    with pytest.raises(NotAdmitted, match=r"marked dirty.*retry"):
+        reader.admit()
+    child.do("mark_clean")
+    reader.admit()
+    child.do("begin_prepare")  # a new initial push (after a restore, a takeover) gates readers again
+    with pytest.raises(NotAdmitted):
+        reader.admit()
+    with pytest.raises(RuntimeError, match="only the writer"):
+        reader.mark_dirty()
+    child.exit()
+
+
+def test_without_flock_one_warning_and_every_process_writes(tmp_path: Path) -> None:
+    # a platform without fcntl: the child hides the module before importing ours
+    no_fcntl = "import sys\nsys.modules['fcntl'] = None\n"
+    first = Child(tmp_path, "e2b-123/work", prelude=no_fcntl)
+    second = Child(tmp_path, "e2b-123/work", prelude=no_fcntl)
+    second.do("try_acquire")  # asking again does not warn again
+    assert (first.role, second.role) == ("writer", "writer")
+    for proc in (first, second):
+        err = proc.exit()
+        assert err.count("flock is not available") == 1, err
