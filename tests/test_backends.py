@@ -55,7 +55,7 @@ def test_an_unknown_backend_is_one_line_listing_the_known_ones() -> None:
 
 
 def test_a_backend_without_its_extra_is_one_line_naming_the_pip_extra() -> None:
-    one_line_error(invoke("--backend", "needs-extra", "ls"), "pip install 'hermes-sandboxes[needs-extra]'")
+    one_line_error(invoke("--backend", "needs-extra", "ls"), "pip install -e '/path/to/checkout[needs-extra]'")
     with pytest.raises(MissingDependency, match="no_such_module_hs"):
         backends.build(TokenSettings(), "needs-extra")
 
@@ -63,7 +63,7 @@ def test_a_backend_without_its_extra_is_one_line_naming_the_pip_extra() -> None:
 def test_doctor_reports_per_backend_and_what_to_install(home: Path) -> None:
     data = as_json(home, "doctor")
     rows = {r["backend"]: r for r in data["checks"] if r["label"] == "installed"}
-    assert "pip install 'hermes-sandboxes[needs-extra]'" in rows["needs-extra"]["detail"]
+    assert "[needs-extra] extra" in rows["needs-extra"]["detail"]
     assert not rows["needs-extra"]["ok"]
 
 
@@ -94,6 +94,23 @@ def test_flags_override_the_file_and_the_file_overrides_defaults(tmp_path: Path,
     finally:
         hs(home, "rm", name, "--yes")
         hs(home, "rm", f"{name}-x", "--yes")
+
+
+def test_a_disk_limit_comes_from_the_config_file_or_disk_and_shows_in_ls(tmp_path: Path, home: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[local]\ndisk = 64\n')  # a bare number: bytes or megabytes?
+    one_line_error(invoke("--config", str(config), "ls"), "[local].disk: YAML read 64")
+    config.write_text(f'[local]\nhome = "{home}"\ndisk = "64M"\n')
+    name = unique_name("disk")
+    try:
+        assert invoke("--config", str(config), "create", name).exit_code == 0
+        assert invoke("--config", str(config), "create", f"{name}-x", "--disk", "2G").exit_code == 0
+        listed = {s["name"]: s["spec"]["limits"]["disk_bytes"] for s in as_json(home, "ls")}
+        assert listed[name] == 64 << 20 and listed[f"{name}-x"] == 2 << 30
+    finally:
+        hs(home, "rm", name, "--yes")
+        hs(home, "rm", f"{name}-x", "--yes")
+    assert LocalSettings.model_validate({"disk": "10G"}).spec().limits.disk_bytes == 10 << 30
 
 
 def test_config_shows_the_effective_settings_with_secrets_redacted(tmp_path: Path, home: Path) -> None:

@@ -185,6 +185,8 @@ class SpecSettings(BackendSettings):
     memory: int | None = Field(default=None, description="bytes; written as a size such as 2G")
     pids: int | None = None
     cpus: float | None = None
+    # bytes; the sandbox's own data, including what only its checkpoints keep alive
+    disk: int | None = Field(default=None, description="bytes; written as a size such as 10G")
 
     @field_validator("network", mode="before")
     @classmethod
@@ -223,6 +225,18 @@ class SpecSettings(BackendSettings):
             raise ValueError(f"{text!r} is too small for a shell; use at least 16M")
         return size
 
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: object) -> int:
+        text = _require_text(value, "a size with a unit, e.g. 512M or 10G")
+        try:
+            size = parse_size(text, unit_required=True)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        if size < 1024**2:
+            raise ValueError(f"{text!r} is too small; use at least 1M")
+        return size
+
     @field_validator("pids", mode="before")
     @classmethod
     def _pids(cls, value: object) -> int:
@@ -238,7 +252,8 @@ class SpecSettings(BackendSettings):
 
     def spec(self) -> SandboxSpec:
         return SandboxSpec(network=self.network, allow=self.allow,
-                           limits=Limits(memory_bytes=self.memory, pids=self.pids, cpus=self.cpus))
+                           limits=Limits(memory_bytes=self.memory, pids=self.pids, cpus=self.cpus,
+                                         disk_bytes=self.disk))
 
 
 def _absolute_paths(value: object) -> tuple[str, ...]:

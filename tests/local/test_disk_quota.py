@@ -6,7 +6,7 @@ import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.errors import InvalidInput, Unsupported
-from hermes_sandboxes.sandbox import Limits, SandboxSpec
+from hermes_sandboxes.sandbox import DoctorCheck, Limits, SandboxSpec
 from tests.local.kit import new_sandbox, sh, temp_backend
 
 LIMIT = 32 << 20
@@ -42,5 +42,19 @@ def test_a_sandbox_cannot_write_past_its_disk_limit(local_backend: LocalBackend)
 def test_disk_limits_are_refused_where_they_cannot_hold(local_backend: LocalBackend) -> None:
     with pytest.raises(InvalidInput):
         local_backend.create("too-small", SandboxSpec(limits=Limits(disk_bytes=4096)))
-    with temp_backend(store="copy") as backend, pytest.raises(Unsupported, match="btrfs"):
-        backend.create("on-copies", SandboxSpec(limits=Limits(disk_bytes=LIMIT)))
+    with temp_backend(store="copy") as backend:
+        with pytest.raises(Unsupported, match="btrfs"):
+            backend.create("on-copies", SandboxSpec(limits=Limits(disk_bytes=LIMIT)))
+        row = _disk_row(backend)
+        assert row.ok and row.detail.startswith("not available: the copy store"), row
+
+
+def _disk_row(backend: LocalBackend) -> DoctorCheck:
+    (row,) = [c for c in backend.doctor() if c.label.startswith("disk limits")]
+    return row
+
+
+def test_doctor_says_disk_limits_are_available_here(local_backend: LocalBackend) -> None:
+    # this machine's kernel (>= 6.7) has btrfs simple quotas, which the limit test above relies on
+    row = _disk_row(local_backend)
+    assert row.ok and row.detail.startswith("available"), row

@@ -102,7 +102,9 @@ def missing_dependency(name: str) -> str | None:
     missing = found.missing()
     if not missing:
         return None
-    extra = f"pip install 'hermes-sandboxes[{found.extra}]'" if found.extra else f"install {', '.join(missing)}"
+    # the package is installed from a checkout or a wheel built from one, not from an index
+    extra = (f"install the package's [{found.extra}] extra, e.g. pip install -e '/path/to/checkout[{found.extra}]'"
+             if found.extra else f"install {', '.join(missing)}")
     return f"the {name} backend needs {', '.join(missing)}, which is not installed: {extra}"
 
 

@@ -40,6 +40,8 @@ def spec_options(func: F) -> F:
         click.option("--memory", metavar="SIZE", help="Memory limit, e.g. 512M or 2G."),
         click.option("--pids", type=click.IntRange(min=1), help="Most processes at once."),
         click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="CPU share, e.g. 1.5."),
+        click.option("--disk", metavar="SIZE", help="Disk limit, e.g. 10G, checkpoints' data included "
+                                                    "(local backend: the btrfs store on Linux >= 6.7)."),
         click.option("--base", metavar="DIR", help="Backend setting 'base': root filesystem directory to build on "
                                                    "(local backend; default the host's /)."),
         click.option("--mask", "masks", multiple=True, metavar="PATH",
@@ -67,12 +69,17 @@ def command_options(func: F) -> F:
 
 
 def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...], memory: str | None,
-               pids: int | None, cpus: float | None, base: str | None, masks: tuple[str, ...]) -> SandboxSpec:
+               pids: int | None, cpus: float | None, base: str | None, masks: tuple[str, ...],
+               disk: str | None = None) -> SandboxSpec:
     """The settings' spec with the flags laid over it; ``--base``/``--mask`` are backend settings."""
     try:
         memory_bytes = parse_size(memory, unit_required=True) if memory is not None else None
     except InvalidInput as exc:  # as the settings say it: a bare number is ambiguous
         raise click.BadParameter(str(exc), param_hint="'--memory'") from None
+    try:
+        disk_bytes = parse_size(disk, unit_required=True) if disk is not None else None
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="'--disk'") from None
     workspace.override(base=base, masks=list(masks))
     default = workspace.effective.settings.spec()
     limits = default.limits
@@ -81,7 +88,8 @@ def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...]
         network=network or default.network,  # type: ignore[arg-type]
         allow=tuple(allow) or default.allow,
         limits=Limits(memory_bytes if memory_bytes is not None else limits.memory_bytes,
-                      pids or limits.pids, cpus or limits.cpus, limits.disk_bytes),
+                      pids or limits.pids, cpus or limits.cpus,
+                      disk_bytes if disk_bytes is not None else limits.disk_bytes),
     )
 
 

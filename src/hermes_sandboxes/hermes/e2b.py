@@ -29,7 +29,7 @@ class E2BProvider(SandboxProvider):
     environment_text = "an E2B cloud sandbox (a Linux VM; its filesystem persists while paused)"
     home_dir = "/home/user"
     setup_text = (
-        "Install the SDK in Hermes's Python: pip install 'hermes-sandboxes[e2b]'.",
+        "Install the SDK in Hermes's Python: pip install -e '/path/to/checkout[hermes,e2b]'.",
         "Put E2B_API_KEY=... in the profile's .env; E2B_API_URL, E2B_SANDBOX_URL and E2B_DOMAIN are honoured.",
         "Optional settings: template, cwd, lease_seconds, command_grace_seconds, allow_internet_access, "
         "secure, metadata, auto_checkpoint, retention, credentials.",

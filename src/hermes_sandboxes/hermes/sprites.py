@@ -101,7 +101,7 @@ class SpritesProvider(SandboxProvider):
     summary = "Run commands in a Fly.io Sprite: a persistent cloud VM with checkpoints."
     environment_text = "a Fly.io Sprite (a cloud VM; its filesystem persists, with checkpoints)"
     setup_text = (
-        "Install the SDK in Hermes's Python: pip install 'hermes-sandboxes[sprites]'.",
+        "Install the SDK in Hermes's Python: pip install -e '/path/to/checkout[hermes,sprites]'.",
         "Put SPRITES_TOKEN=... (a token from your organization's Sprites settings) in the profile's .env.",
         "Optional settings: name_prefix, scope (session|instance), image (a tag other than latest, or a "
         "digest), max_cpus, max_ram_gb, max_disk_gb, api_url, auto_checkpoint, retention, credentials.",

@@ -44,6 +44,20 @@ def _cgroup_checks() -> list[DoctorCheck]:
     return checks
 
 
+SIMPLE_QUOTA_FEATURE = Path("/sys/fs/btrfs/features/simple_quota")  # present on Linux >= 6.7
+
+
+def _disk_limit_check(kind: str) -> DoctorCheck:
+    """Optional, so never a failure: the detail says whether a ``disk`` limit is honoured or refused."""
+    label = "disk limits (setting disk, --disk)"
+    if kind != "btrfs":
+        return DoctorCheck(True, label, f"not available: the {kind} store cannot enforce them (refused)")
+    if not SIMPLE_QUOTA_FEATURE.exists():
+        return DoctorCheck(True, label, "not available: btrfs simple quotas need Linux 6.7 or later "
+                                        f"(this is {os.uname().release}; refused)")
+    return DoctorCheck(True, label, "available (btrfs simple quotas; data kept by checkpoints counts)")
+
+
 def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
     checks = [DoctorCheck(os.geteuid() == 0, "running as root",
                           "yes" if os.geteuid() == 0 else "no: namespaces, mounts and cgroups need root")]
@@ -68,6 +82,7 @@ def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
             if not store.cheap:
                 detail += " (full copies: checkpoint time grows with the layer)"
             checks.append(DoctorCheck(True, "sandbox store", detail))
+            checks.append(_disk_limit_check(store.kind))
         except Exception as exc:  # doctor reports, it never raises
             checks.append(DoctorCheck(False, "sandbox store", str(exc)))
     else:

@@ -1,6 +1,6 @@
 """The Sprites backend (Fly.io): the only place that imports the sprites-py SDK.
 
-Importing this package needs the ``sprites`` extra (``pip install 'hermes-sandboxes[sprites]'``);
+Importing this package needs the ``sprites`` extra (``pip install -e '/path/to/checkout[sprites]'``);
 its settings model lives apart, in ``hermes_sandboxes.backends.sprites_settings``, without the SDK.
 """
 
