@@ -105,6 +105,7 @@ def test_a_disk_limit_comes_from_the_config_file_or_disk_and_shows_in_ls(tmp_pat
     try:
         assert invoke("--config", str(config), "create", name).exit_code == 0
         assert invoke("--config", str(config), "create", f"{name}-x", "--disk", "2G").exit_code == 0
+        one_line_error(invoke("--config", str(config), "create", f"{name}-y", "--disk", "64"), "no unit", 2)
         listed = {s["name"]: s["spec"]["limits"]["disk_bytes"] for s in as_json(home, "ls")}
         assert listed[name] == 64 << 20 and listed[f"{name}-x"] == 2 << 30
     finally:
