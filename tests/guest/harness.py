@@ -84,7 +84,8 @@ def run(tests: list[str], *, timeout: float = 360, memory_mb: int = 2048) -> Gue
         QEMU, "-accel", "tcg", "-cpu", "max", "-m", str(memory_mb), "-smp", "2",
         "-nographic", "-no-reboot", "-nic", "none",
         "-kernel", str(GUEST_DIR / "vmlinux"), "-initrd", str(GUEST_DIR / "initramfs.cpio.gz"),
-        "-append", "console=ttyS0 quiet panic=-1",
+        # hsg_repo: where this checkout lives, so the guest can show it again if /tmp hides it
+        "-append", f"console=ttyS0 quiet panic=-1 hsg_repo={REPO}",
         "-virtfs", "local,path=/,mount_tag=host,security_model=passthrough,readonly=on,multidevs=remap",
         "-virtfs", f"local,path={out_dir},mount_tag=out,security_model=passthrough",
     ]

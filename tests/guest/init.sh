@@ -16,7 +16,12 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host /h
 mount -t tmpfs -o size=768m tmpfs /upper && mkdir /upper/u /upper/w
 mount -t overlay overlay -o lowerdir=/host,upperdir=/upper/u,workdir=/upper/w /newroot || fail "overlay root failed"
 for d in proc sys dev; do mount --bind "/$d" "/newroot/$d"; done
+mkdir -p /hosttmp && mount --bind /newroot/tmp /hosttmp  # the host's /tmp, before the tmpfs hides it
 mount -t tmpfs -o size=1g,mode=1777 tmpfs /newroot/tmp  # stores and layers: not on the overlay root
+repo=$(sed -n 's/.*hsg_repo=\([^ ]*\).*/\1/p' /proc/cmdline)
+case "$repo" in  # a checkout under /tmp (a CI clone, say) is shown again at its own path
+  /tmp/?*) mkdir -p "/newroot$repo" && mount --bind "/hosttmp${repo#/tmp}" "/newroot$repo" || fail "no $repo" ;;
+esac
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup || fail "no cgroup2"
 mkdir -p /newroot/run/hsg-out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /newroot/run/hsg-out || fail "9p mount of out failed"
