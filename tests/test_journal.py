@@ -18,6 +18,7 @@ import pytest
 
 from hermes_sandboxes.journal import (
     MAX_FIELD_CHARS,
+    AllowRecord,
     CheckpointDeleteRecord,
     CheckpointRecord,
     CreateRecord,
@@ -258,12 +259,14 @@ def test_every_kind_of_record_reads_back_as_written(tmp_path: Path) -> None:
             layer_bytes=4096, health=HealthCheck("pytest -q", 0, True, "3 passed"))),
         journal.append(RestoreRecord(sandbox="box", id="cp1", discarded=3)),
         journal.append(CheckpointDeleteRecord(sandbox="box", id="cp1", reason="retention")),
+        journal.append(AllowRecord(sandbox="box", allow=("@pypi", "127.0.0.1:8080"), previous=("@pypi",))),
+        journal.append(AllowRecord(sandbox="box", allow=())),
         journal.append(DestroyRecord(sandbox="box")),
     ]
     assert journal.records() == written
     raw = list(journal.raw())
     assert [r["type"] for r in raw] == ["create", "exec", "exec", "checkpoint", "restore",
-                                        "checkpoint_delete", "destroy"]
+                                        "checkpoint_delete", "allow", "allow", "destroy"]
     assert all(r["v"] == 1 and isinstance(r["ts"], float) and r["sandbox"] == "box" for r in raw)
 
 

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput
+from hermes_sandboxes.identity import unique_name
 from hermes_sandboxes.journal import (
+    AllowRecord,
     CheckpointDeleteRecord,
     CheckpointRecord,
     DestroyRecord,
@@ -19,7 +21,7 @@ from hermes_sandboxes.journal import (
     RestoreRecord,
 )
 from hermes_sandboxes.recorder import RecordedSandbox
-from hermes_sandboxes.sandbox import ChangeKind, Sandbox
+from hermes_sandboxes.sandbox import ChangeKind, Sandbox, SandboxSpec
 from hermes_sandboxes.state import HostState
 
 Factory = Callable[..., RecordedSandbox]
@@ -271,3 +273,22 @@ def test_overwriting_an_existing_protected_file_is_risky_and_creating_one_is_not
     outcome = recorded.exec("echo v2 > VERSION", cwd="/root/app")
     assert outcome.auto_checkpoint is not None
     assert outcome.verdict.reasons == ("> onto protected path /root/app/VERSION",)
+
+
+def test_an_allow_list_change_is_recorded_with_what_it_replaced_and_left_out_of_stories(
+        local_backend: Any, tmp_path: Path) -> None:
+    sandbox = local_backend.create(unique_name("rec"), SandboxSpec(network="proxy", allow=("@pypi",)))
+    try:
+        recorded = HostState(tmp_path, durable=False).recorded(sandbox)
+        taken = recorded.checkpoint("before")
+        assert recorded.set_allow(["@pypi", " 127.0.0.1:8080 "], previous=["@pypi"]) == ("@pypi", "127.0.0.1:8080")
+        assert sandbox.info().spec.allow == ("@pypi", "127.0.0.1:8080")
+        for log in (recorded.journal, audit_of(tmp_path)):
+            (change,) = log.records_of(AllowRecord, sandbox=sandbox.name)
+            assert change.allow == ("@pypi", "127.0.0.1:8080") and change.previous == ("@pypi",)
+        with pytest.raises(InvalidInput):  # refused before the sandbox is touched: nothing recorded
+            recorded.set_allow(["no such host!"])
+        assert len(recorded.journal.records_of(AllowRecord)) == 1
+        assert recorded.get_checkpoint(taken.id).commands == ()  # not a command of the agent's
+    finally:
+        sandbox.destroy()

@@ -296,13 +296,33 @@ class EgressRecord(RecordBase):
                    credential=_get(d, "credential", str, optional=True))
 
 
+@dataclass(frozen=True, kw_only=True)
+class AllowRecord(RecordBase):
+    """The egress allow-list of a sandbox was replaced (``Sandbox.set_allow``): the list before and after."""
+
+    TYPE: ClassVar[str] = "allow"
+    allow: tuple[str, ...]
+    previous: tuple[str, ...] | None = None  # None: not known
+
+    def fields(self) -> dict[str, Any]:
+        return {"allow": list(self.allow), "previous": None if self.previous is None else list(self.previous)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AllowRecord:
+        allow, previous = _get(d, "allow", list), _get(d, "previous", list, optional=True)
+        if not all(isinstance(e, str) for e in [*allow, *(previous or ())]):
+            raise _Invalid("allow")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], allow=tuple(allow),
+                   previous=None if previous is None else tuple(previous))
+
+
 Record = (CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
-          | CheckpointNamedRecord | DestroyRecord | EgressRecord)
+          | CheckpointNamedRecord | DestroyRecord | EgressRecord | AllowRecord)
 R = TypeVar("R", bound=RecordBase)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
     for kind in (CreateRecord, ExecRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
-                 CheckpointNamedRecord, DestroyRecord, EgressRecord)
+                 CheckpointNamedRecord, DestroyRecord, EgressRecord, AllowRecord)
 }
 
 
@@ -605,8 +625,8 @@ class Story:
             if told is not None:
                 self.checkpoints[record.id] = CheckpointStory(
                     told.record, told.previous, told.commands, deleted=record)
-        elif isinstance(record, EgressRecord):
-            pass  # network traffic is no part of a checkpoint's story
+        elif isinstance(record, EgressRecord | AllowRecord):
+            pass  # the network (its traffic, its allow-list) is no part of a checkpoint's story
         elif isinstance(record, CheckpointNamedRecord):
             self.named.append(record.id)
         else:  # create or destroy: a new life for the name, the old checkpoints went with the old one

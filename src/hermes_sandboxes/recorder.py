@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.journal import (
     MAX_OUTPUT_TAIL_CHARS,
+    AllowRecord,
     CheckpointDeleteRecord,
     CheckpointNamedRecord,
     CheckpointRecord,
@@ -564,6 +565,20 @@ class RecordedSandbox:
             commands=tuple(commands), health=record.health,
             layer_bytes=checkpoint.size_bytes if checkpoint.size_bytes is not None else record.layer_bytes,
             journaled=True)
+
+    # -- network ------------------------------------------------------------------------------
+
+    def set_allow(self, allow: Sequence[str], *, previous: Sequence[str] | None = None) -> tuple[str, ...]:
+        """Replace the sandbox's egress allow-list (``Sandbox.set_allow``) and record the change in
+        its journal and the audit log; returns the list as set. ``previous``, the list before, is
+        what the record compares with (None: not known)."""
+        from hermes_sandboxes.egress.policy import validate  # only when a list changes
+
+        entries = validate(allow)
+        self._inner.set_allow(entries)
+        self._record(AllowRecord(sandbox=self.name, allow=entries,
+                                 previous=None if previous is None else tuple(previous)))
+        return entries
 
     # -- restore, delete, destroy ---------------------------------------------------------------
 

@@ -73,7 +73,7 @@ class Capability(enum.StrEnum):
     DELETE_CHECKPOINTS = "delete-checkpoints"  # retention can prune old checkpoints
     FORK = "fork"  # Sandbox.fork: a new sandbox from a checkpoint of another
     TERMINAL = "terminal"  # Sandbox.attach: a command on the caller's own descriptors (a pty)
-    EGRESS_ALLOWLIST = "egress-allowlist"  # network "proxy" with SandboxSpec.allow
+    EGRESS_ALLOWLIST = "egress-allowlist"  # network "proxy" with SandboxSpec.allow; Sandbox.set_allow
 
 
 class SandboxState(enum.StrEnum):
@@ -376,6 +376,13 @@ class Sandbox(ABC):
         """Run ``command`` on the caller's own stdin, stdout and stderr descriptors (the slave end
         of a pseudo-terminal, for an interactive shell). ``Capability.TERMINAL``."""
         raise Unsupported(f"the {self.backend.name} backend has no interactive terminal")
+
+    def set_allow(self, allow: Sequence[str]) -> None:
+        """Replace the egress allow-list of this sandbox (network "proxy"), running or not: it applies
+        to the connections opened from now on (open ones keep going), without a restart, and is kept
+        in ``info().spec.allow``. Entries as in ``SandboxSpec.allow``; a bad entry, or a sandbox whose
+        network is not "proxy", is ``InvalidInput``. ``Capability.EGRESS_ALLOWLIST``."""
+        raise Unsupported(f"the {self.backend.name} backend cannot change the egress allow-list of a sandbox")
 
     @abstractmethod
     def destroy(self) -> None:

@@ -1,6 +1,7 @@
 """A real backend with fewer capabilities: the local backend behind a wrapper that hides diff,
-checkpoint deletion, tree kill, fork and the terminal, so the degraded paths of the recorder, the CLI
-and the agent tools run for real against a backend that cannot do those things.
+checkpoint deletion, tree kill, fork, the terminal and the egress allow-list, so the degraded paths
+of the recorder, the CLI and the agent tools run for real against a backend that cannot do those
+things.
 
 It is registered in the backend registry as ``local-degraded`` (settings: the local backend's), the
 way a third-party backend would be; nothing of ours is patched.
@@ -32,7 +33,7 @@ from hermes_sandboxes.sandbox import (
 from hermes_sandboxes.settings import BackendSettings
 
 HIDDEN = frozenset({Capability.DIFF, Capability.DELETE_CHECKPOINTS, Capability.TREE_KILL, Capability.FORK,
-                    Capability.TERMINAL, Capability.CHEAP_CHECKPOINTS})
+                    Capability.TERMINAL, Capability.CHEAP_CHECKPOINTS, Capability.EGRESS_ALLOWLIST})
 NAME = "local-degraded"
 
 
@@ -139,5 +140,5 @@ def build_backend(settings: BackendSettings) -> DegradedBackend:
 
 def register() -> None:
     backends.register(backends.BackendEntry(
-        NAME, "the local backend without diff, checkpoint deletion, tree kill, fork and terminal (tests)",
+        NAME, "the local backend without diff, checkpoint deletion, tree kill, fork, terminal, allow-list (tests)",
         "tests.contract.degraded:DegradedSettings", "tests.contract.degraded:build_backend"))

@@ -90,3 +90,24 @@ def test_a_spec_value_the_backend_cannot_honour_is_refused(backend: Backend) -> 
         backend.create(unique_name("ct"), SandboxSpec(image="definitely-not-an-image-here:0"))
     with pytest.raises(InvalidInput):
         backend.create(unique_name("ct"), SandboxSpec(allow=("pypi.org",)))  # an allow-list needs "proxy"
+
+
+def test_the_allow_list_of_a_sandbox_changes_in_place_or_is_refused_as_unsupported(
+        backend: Backend, sandbox: Sandbox) -> None:
+    if Capability.EGRESS_ALLOWLIST not in backend.capabilities:
+        with pytest.raises(Unsupported):
+            sandbox.set_allow(["pypi.org"])
+        return
+    with pytest.raises(InvalidInput):  # the sandbox's network is "none": no list applies to it
+        sandbox.set_allow(["pypi.org"])
+    proxied = backend.create(unique_name("ct"), SandboxSpec(network="proxy", allow=("pypi.org",)))
+    try:
+        assert proxied.exec("true").exit_code == 0  # running: the change must not need a restart
+        proxied.set_allow(["@github", "127.0.0.1:8080"])
+        assert backend.get(proxied.name).info().spec.allow == ("@github", "127.0.0.1:8080")
+        with pytest.raises(InvalidInput):
+            proxied.set_allow(["not a host!"])
+        assert proxied.info().spec.allow == ("@github", "127.0.0.1:8080")  # a refused list changes nothing
+        assert proxied.exec("true").exit_code == 0
+    finally:
+        proxied.destroy()

@@ -31,6 +31,7 @@ from hermes_sandboxes.diffsummary import DEFAULT_MAX_ROWS, DiffSummary, full_lis
 from hermes_sandboxes.errors import SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.journal import (
+    AllowRecord,
     CheckpointDeleteRecord,
     CheckpointNamedRecord,
     CheckpointRecord,
@@ -364,5 +365,17 @@ def _describe(r: Record) -> list[str]:
             return ["", "", f"{what} ({r.bytes_out} B out, {r.bytes_in} B in)"
                             + (f" with credential {r.credential}" if r.credential else "")]
         return ["", "", f"{what}: {one_line(r.reason, 60)}"]
+    if isinstance(r, AllowRecord):
+        return ["", "", one_line(_allow_change(r), 80)]
     assert isinstance(r, DestroyRecord)
     return ["", "", ""]
+
+
+def _allow_change(r: AllowRecord) -> str:
+    """An allow-list change as what it added and removed (the whole list when the old one is unknown)."""
+    if r.previous is None:
+        return "allow-list now: " + (" ".join(r.allow) or "(empty)")
+    added = [e for e in r.allow if e not in r.previous]
+    removed = [e for e in r.previous if e not in r.allow]
+    parts = [*(f"+{e}" for e in added), *(f"-{e}" for e in removed)]
+    return "allow-list " + (" ".join(parts) if parts else "unchanged")
