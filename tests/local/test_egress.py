@@ -7,6 +7,7 @@ the backend starts. The audit log is read back to check what the proxy recorded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -381,3 +382,55 @@ hosts = ["127.0.0.1:{http_a.port}"]
         assert refused.exit_code == 22 and "403" in refused.stderr
     finally:
         teardown_backend(LocalBackend(home))
+
+
+# the CA in the system trust store ------------------------------------------------------------------
+
+# Every variable that names a CA bundle, unset: what is left is the system store.
+NO_CA_ENV = "env -u SSL_CERT_FILE -u REQUESTS_CA_BUNDLE -u CURL_CA_BUNDLE -u GIT_SSL_CAINFO -u PIP_CERT " \
+            "-u NODE_EXTRA_CA_CERTS -u SSL_CERT_DIR"
+STORE_CRT = "/usr/local/share/ca-certificates/hermes-sandboxes-egress.crt"
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def _trusts_the_proxy_without_ca_variables(sb: LocalSandbox, server: egress_kit.Server) -> None:
+    assert sh(sb, f"{NO_CA_ENV} {CURL} {server.url}/auth").stdout == "no-secret\n"
+    assert sh(sb, f"{NO_CA_ENV} wget -q -O - {server.url}/auth").stdout == "no-secret\n"
+    fetch = f"import urllib.request; print(urllib.request.urlopen('{server.url}/auth', timeout=10).read().decode())"
+    cleared = f"env -i HTTPS_PROXY=$HTTPS_PROXY python3 -c \"{fetch}\""  # nothing but the proxy
+    assert sh(sb, cleared).stdout == "no-secret\n\n"
+
+
+def test_the_proxy_ca_is_in_the_system_store_while_brokering_and_never_in_a_diff(
+        broker_backend: LocalBackend, https_a: egress_kit.Server) -> None:
+    spec = SandboxSpec(network="proxy", allow=(f"127.0.0.1:{https_a.port}",))
+    with new_sandbox(broker_backend, spec) as sb:
+        base = sb.checkpoint("fresh")
+        _trusts_the_proxy_without_ca_variables(sb, https_a)
+        ca_pem = (broker_backend.home / "egress-ca" / "ca.pem").read_text().strip()
+        assert sh(sb, f"cat {STORE_CRT}").stdout.strip() == ca_pem
+        assert sh(sb, "openssl verify -CApath /etc/ssl/certs -no-CAfile "
+                      f"{STORE_CRT}").stdout.strip().endswith(": OK")  # the hashed link, for CApath readers
+        assert sb.diff(base.id) == []  # the system store is not the agent's change
+        sb.restore(base.id)
+        _trusts_the_proxy_without_ca_variables(sb, https_a)
+        # the agent rebuilds the store itself (what apt's upgrade of ca-certificates runs):
+        # the CA stays, since its certificate is among the local ones
+        sh(sb, "update-ca-certificates >/dev/null 2>&1", timeout=120)
+        assert {c.path for c in sb.diff(base.id)} >= {SYSTEM_BUNDLE}
+        _trusts_the_proxy_without_ca_variables(sb, https_a)
+        sb.stop()
+        # the same store, no longer brokering: the CA is gone, from the agent's own bundle too
+        unbrokered = LocalBackend(broker_backend.home, store="copy")
+        again = unbrokered.get(sb.name)
+        assert again.exec(f"test -e {STORE_CRT}").exit_code == 1
+        assert ca_pem not in sh(again, f"cat {SYSTEM_BUNDLE}").stdout
+        assert "egress proxy CA" not in sh(again, "openssl crl2pkcs7 -nocrl -certfile "
+                                                  f"{SYSTEM_BUNDLE} | openssl pkcs7 -print_certs -noout").stdout
+        again.stop()
+
+
+def test_without_brokering_the_system_store_is_the_base_s(plain: LocalSandbox) -> None:
+    assert plain.exec(f"test -e {STORE_CRT}").exit_code == 1
+    host_digest = hashlib.sha256(Path(SYSTEM_BUNDLE).read_bytes()).hexdigest()
+    assert sh(plain, f"sha256sum < {SYSTEM_BUNDLE}").stdout.split()[0] == host_digest

@@ -11,7 +11,8 @@ started again by the next command, without restarting the sandbox.
 Inside, /dev/hermes-egress/ (in the sandbox's own /dev tmpfs, made by the forwarder) holds the
 proxy's socket and, when credentials are brokered, ca.pem and ca-bundle.pem. The host puts them
 there right after the init starts, through /proc/<init pid>/root/dev, which is a mount point root
-inside cannot move or replace; the last component is opened without following symlinks.
+inside cannot move or replace; the last component is opened without following symlinks. The CA
+also goes into the sandbox's system trust store, for tools that ignore the variables (trust.py).
 
 Files under the sandbox's run directory on the host:
 

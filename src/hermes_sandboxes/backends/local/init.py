@@ -311,7 +311,8 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     if cfg["network"] == "proxy":  # imported while the host's modules are still in reach (threads)
         from hermes_sandboxes.backends.local import forwarder
     socket.sethostname(cfg["hostname"])
-    rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"])
+    rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"],
+                           above=cfg.get("trust"))
     rootfs.hide(cfg.get("hide", ()))
     # Every module the init needs is loaded: no later import may search the sandbox's files (its
     # /root could hold a planted copy of the standard library's path).

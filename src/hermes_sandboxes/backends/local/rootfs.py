@@ -75,16 +75,48 @@ def _mount_dev(root: str) -> None:
         os.symlink(target, f"{dev}/{link}")
 
 
-def build_and_enter(*, lower: str, upper: str, work: str, merged: str) -> None:
-    """Mount the overlay root at ``merged`` and make it this process's ``/``."""
+def _build_layer(path: str, entries: list[tuple[str, str, bytes, int, int, int, int, int]]) -> None:
+    """A tmpfs at ``path`` (private to this mount namespace) holding ``entries`` (trust.Entry:
+    directories first, then files and symlinks), read-only once filled."""
+    _ensure_dir(path)
+    sc.mount("tmpfs", path, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=755,size=8m")
+    for rel, kind, payload, mode, uid, gid, _, _ in entries:
+        target = f"{path}/{rel}"
+        if kind == "d":
+            os.makedirs(target, exist_ok=True)
+        elif kind == "f":
+            with open(target, "wb") as f:
+                f.write(payload)
+        else:
+            os.symlink(payload.decode(), target)
+        os.chown(target, uid, gid, follow_symlinks=False)
+        if kind != "l":
+            os.chmod(target, mode)
+    for rel, _kind, _, _, _, _, atime_ns, mtime_ns in reversed(entries):  # deepest first: filling moved them
+        if mtime_ns:
+            os.utime(f"{path}/{rel}", ns=(atime_ns, mtime_ns), follow_symlinks=False)
+    sc.mount("none", path, None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV)
+
+
+def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
+                    above: list[tuple[str, str, bytes, int, int, int, int, int]] | None = None) -> None:
+    """Mount the overlay root at ``merged`` and make it this process's ``/``. ``above``: entries of
+    a read-only layer stacked over the base, under the writable layer (trust.py's)."""
     sc.mount("none", "/", None, sc.MS_REC | sc.MS_PRIVATE)  # nothing we mount leaks to the host
     _ensure_dir(merged)
+    if above is not None:
+        _build_layer(merged + ".above", above)
     layers = {"upperdir": upper, "workdir": work} if lower == "/" else {
         "lowerdir": lower, "upperdir": upper, "workdir": work}
+    if above is not None:
+        layers["above"] = merged + ".above"
     fds = {key: os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for key, path in layers.items()}
     try:
-        options = ",".join(f"{key}=/proc/self/fd/{fd}" for key, fd in fds.items())
-        sc.mount("overlay", merged, "overlay", 0, ("lowerdir=/," if lower == "/" else "") + options)
+        lowers = [f"/proc/self/fd/{fds[key]}" for key in ("above", "lowerdir") if key in fds]
+        lowers += ["/"] if lower == "/" else []
+        options = ",".join([f"lowerdir={':'.join(lowers)}",
+                            *(f"{key}=/proc/self/fd/{fds[key]}" for key in ("upperdir", "workdir"))])
+        sc.mount("overlay", merged, "overlay", 0, options)
     finally:
         for fd in fds.values():
             os.close(fd)

@@ -37,7 +37,7 @@ from hermes_sandboxes.sandbox import (
 from hermes_sandboxes.state import HostState
 
 if TYPE_CHECKING:
-    from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff
+    from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff, trust
     from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.backend import LocalBackend
     from hermes_sandboxes.egress import policy
@@ -48,6 +48,7 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     masks = lazy_module("hermes_sandboxes.backends.local.masks")
     storage = lazy_module("hermes_sandboxes.backends.local.store")
     treediff = lazy_module("hermes_sandboxes.backends.local.treediff")
+    trust = lazy_module("hermes_sandboxes.backends.local.trust")
     policy = lazy_module("hermes_sandboxes.egress.policy")
 
 # Commands start with this environment, never the host's; the caller's env is laid over it.
@@ -167,6 +168,7 @@ class LocalSandbox(Sandbox):
             "socket": str(self._socket),
             "log": str(self._run / "init.log"),
             "network": self.spec.network,
+            "trust": self._trust_layer(layer / "upper", lower),
             "cgroups": groups.join_dirs,
             "freezer": str(groups.freezer),
         }
@@ -181,6 +183,14 @@ class LocalSandbox(Sandbox):
                 raise
         paths.write_json(self._run / "init.json", state, durable=False)  # meaningless after a reboot
         return state
+
+    def _trust_layer(self, upper: Path, lower: str) -> list[trust.Entry] | None:
+        """The layer that puts the proxy's CA in the system trust store, when credentials are brokered."""
+        if self.spec.network != "proxy":
+            return None
+        backend = self._backend
+        return trust.prepare(upper=upper, lower=Path(lower), ca_dir=backend.home / "egress-ca",
+                             brokering=bool(backend.credentials))
 
     def _start_proxy(self, init_pid: int) -> dict[str, Any]:
         backend = self._backend
