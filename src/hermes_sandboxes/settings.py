@@ -56,12 +56,57 @@ def _require_text(value: object, expected: str) -> str:
     return value
 
 
-def _whole_number(value: object, minimum: int, what: str) -> int:
+def _whole_number(value: object, minimum: int, what: str, maximum: int | None = None) -> int:
     expected = f"a whole number of {what}, at least {minimum}"
     number = _require_number(value, expected)
     if not isinstance(number, int) or number < minimum:
         raise ValueError(f"got {value!r}; expected {expected}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"got {value!r}; expected at most {maximum} {what}")
     return number
+
+
+def _absolute_path(value: object, expected: str = "an absolute path") -> str:
+    text = _require_text(value, expected)
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} is not an absolute path")
+    return text
+
+
+def _flag(value: object) -> bool:
+    """Only YAML's own booleans: a quoted "false" would otherwise be a truthy string."""
+    if not isinstance(value, bool):
+        raise ValueError(f"got {value!r}; expected true or false (unquoted)")
+    return value
+
+
+def _text_mapping(value: object, *, max_entries: int, example: str) -> dict[str, str]:
+    """A mapping of non-empty text keys to text values (labels, metadata)."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of text to text, e.g. {example}")
+    if len(value) > max_entries:
+        raise ValueError(f"{len(value)} entries; at most {max_entries} are allowed")
+    result: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key {key!r} must be non-empty text")
+        result[key] = _require_text(item, f"text for key {key!r}")
+    return result
+
+
+def _allow_list(value: object) -> tuple[str, ...]:
+    """An egress allow-list in the portable grammar (egress.policy), presets included."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError("expected a list of hosts, e.g. [pypi.org, '*.pythonhosted.org', '127.0.0.1:8080']")
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"{item!r} is not a host name, IP address or @preset")
+    from hermes_sandboxes.egress import policy  # the allow-list's own grammar, presets included
+
+    try:
+        return policy.validate(value)
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _require_number(value: object, expected: str) -> int | float:
@@ -200,17 +245,7 @@ class SpecSettings(BackendSettings):
     @field_validator("allow", mode="before")
     @classmethod
     def _allow(cls, value: object) -> tuple[str, ...]:
-        if isinstance(value, str) or not isinstance(value, list | tuple):
-            raise ValueError("expected a list of hosts, e.g. [pypi.org, '*.pythonhosted.org', '127.0.0.1:8080']")
-        for item in value:
-            if not isinstance(item, str) or not item.strip():
-                raise ValueError(f"{item!r} is not a host name, IP address or @preset")
-        from hermes_sandboxes.egress import policy  # the allow-list's own grammar, presets included
-
-        try:
-            return policy.validate(value)
-        except InvalidInput as exc:
-            raise ValueError(str(exc)) from None
+        return _allow_list(value)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -259,10 +294,7 @@ class SpecSettings(BackendSettings):
 def _absolute_paths(value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError("expected a list of absolute paths")
-    for item in value:
-        if not isinstance(item, str) or not item.startswith("/"):
-            raise ValueError(f"{item!r} is not an absolute path")
-    return tuple(value)
+    return tuple(_absolute_path(item) for item in value)
 
 
 S = TypeVar("S", bound=BackendSettings)

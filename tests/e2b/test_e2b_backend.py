@@ -291,6 +291,7 @@ def test_a_spec_picks_posture_template_and_labels_and_the_rest_is_refused(fake: 
 
 @pytest.mark.parametrize(("raw", "key"), [
     ({"lease_seconds": 0}, "lease_seconds"), ({"lease_seconds": "300"}, "lease_seconds"),
+    ({"lease_seconds": 86_401}, "lease_seconds"), ({"cwd": 7}, "cwd"),
     ({"command_grace_seconds": -1}, "command_grace_seconds"), ({"secure": "false"}, "secure"),
     ({"allow_internet_access": 1}, "allow_internet_access"), ({"cwd": "work"}, "cwd"),
     ({"template": ""}, "template"), ({"metadata": {"team": 3}}, "metadata"), ({"bogus": 1}, "bogus"),

@@ -8,13 +8,19 @@ YAML rules every backend shares).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from hermes_sandboxes.sandbox import SandboxSpec
-from hermes_sandboxes.settings import BackendSettings, _require_text, _whole_number
+from hermes_sandboxes.settings import (
+    BackendSettings,
+    _absolute_path,
+    _flag,
+    _require_text,
+    _text_mapping,
+    _whole_number,
+)
 
 DEFAULT_TEMPLATE = "base"
 DEFAULT_HOME = "/home/user"  # the default user's home in E2B's templates
@@ -62,18 +68,12 @@ class E2BSettings(BackendSettings):
     @field_validator("cwd", mode="before")
     @classmethod
     def _cwd(cls, value: object) -> str:
-        text = _require_text(value, "an absolute directory path in the sandbox, e.g. /home/user")
-        if not text.startswith("/"):
-            raise ValueError(f"{text!r} is not an absolute path")
-        return text
+        return _absolute_path(value, "an absolute directory path in the sandbox, e.g. /home/user")
 
     @field_validator("lease_seconds", mode="before")
     @classmethod
     def _lease(cls, value: object) -> int:
-        seconds = _whole_number(value, 1, "seconds")
-        if seconds > MAX_LEASE_SECONDS:
-            raise ValueError(f"got {seconds}; E2B leases last at most {MAX_LEASE_SECONDS} seconds")
-        return seconds
+        return _whole_number(value, 1, "seconds", maximum=MAX_LEASE_SECONDS)  # E2B's longest
 
     @field_validator("command_grace_seconds", mode="before")
     @classmethod
@@ -83,20 +83,9 @@ class E2BSettings(BackendSettings):
     @field_validator("allow_internet_access", "secure", mode="before")
     @classmethod
     def _flag(cls, value: object) -> bool:
-        if not isinstance(value, bool):  # "false" in quotes would otherwise be a truthy string
-            raise ValueError(f"got {value!r}; expected true or false (unquoted)")
-        return value
+        return _flag(value)
 
     @field_validator("metadata", mode="before")
     @classmethod
     def _metadata(cls, value: object) -> dict[str, str]:
-        if not isinstance(value, Mapping):
-            raise ValueError("expected a mapping of text to text, e.g. {team: infra}")
-        if len(value) > MAX_METADATA_ENTRIES:
-            raise ValueError(f"{len(value)} entries; at most {MAX_METADATA_ENTRIES} are allowed")
-        result: dict[str, str] = {}
-        for key, item in value.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"key {key!r} must be non-empty text")
-            result[key] = _require_text(item, f"text for metadata key {key!r}")
-        return result
+        return _text_mapping(value, max_entries=MAX_METADATA_ENTRIES, example="{team: infra}")

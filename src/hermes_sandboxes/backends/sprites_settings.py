@@ -63,12 +63,12 @@ class SpritesSettings(BackendSettings):
     @field_validator("max_cpus", mode="before")
     @classmethod
     def _cpus(cls, value: object) -> int:
-        return _bounded(value, 1, 128, "CPUs")
+        return _whole_number(value, 1, "CPUs", maximum=128)
 
     @field_validator("max_ram_gb", "max_disk_gb", mode="before")
     @classmethod
     def _gigabytes(cls, value: object) -> int:
-        return _bounded(value, 1, 1024, "GB")
+        return _whole_number(value, 1, "GB", maximum=1024)
 
     @field_validator("api_url", mode="before")
     @classmethod
@@ -107,9 +107,3 @@ def find_token(lookup: Callable[[str], str | None] = os.environ.get) -> str | No
             return value
     return None
 
-
-def _bounded(value: object, low: int, high: int, what: str) -> int:
-    number = _whole_number(value, low, what)
-    if number > high:
-        raise ValueError(f"got {value!r}; expected at most {high} {what}")
-    return number

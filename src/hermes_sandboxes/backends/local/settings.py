@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hermes_sandboxes.egress.broker import BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.settings import SpecSettings, _absolute_paths, _require_text
+from hermes_sandboxes.settings import SpecSettings, _absolute_path, _absolute_paths
 
 DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
 STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
@@ -46,10 +46,7 @@ class LocalSettings(SpecSettings):
     @field_validator("upstream_ca", mode="before")
     @classmethod
     def _upstream_ca(cls, value: object) -> str:
-        text = _require_text(value, "an absolute path to a PEM file of CA certificates")
-        if not text.startswith("/"):
-            raise ValueError(f"{text!r} is not an absolute path")
-        return text
+        return _absolute_path(value, "an absolute path to a PEM file of CA certificates")
 
     @field_validator("brokered", mode="after")
     @classmethod
@@ -66,10 +63,7 @@ class LocalSettings(SpecSettings):
     @field_validator("base", "home", mode="before")
     @classmethod
     def _directory(cls, value: object) -> str:
-        text = _require_text(value, "an absolute directory path")
-        if not text.startswith("/"):
-            raise ValueError(f"{text!r} is not an absolute path")
-        return text
+        return _absolute_path(value, "an absolute directory path")
 
     @field_validator("cpus", mode="after")
     @classmethod
