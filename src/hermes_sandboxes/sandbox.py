@@ -253,6 +253,11 @@ class Sandbox(ABC):
         """Stop every process of the sandbox (pause it, where the service pauses); its files stay
         and the next command starts it again."""
 
+    def reserve(self, seconds: float) -> None:  # noqa: B027 - optional: only leased sandboxes override it
+        """The caller's next ``start`` on this thread is a command it lets run up to ``seconds``
+        (``exec`` knows its own timeout): a sandbox the service ends on its own (a cloud lease)
+        makes sure, before this returns, that it outlives them. Elsewhere nothing to do."""
+
     @abstractmethod
     def start(
         self,

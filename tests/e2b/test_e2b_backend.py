@@ -71,7 +71,7 @@ def test_open_creates_a_persistent_sandbox_once_and_finds_it_again(fake: FakeE2B
     with opened(backend) as sb:
         (create,) = fake.calls("POST", "/v2/sandboxes")
         body = create.body
-        assert body["templateID"] == "base" and body["timeout"] == 300
+        assert body["templateID"] == "base" and body["timeout"] == 300 + 30  # the lease and its headroom
         assert (body["autoPause"], body["autoPauseMemory"], body["autoResume"]) == (True, False, {"enabled": False})
         scope = scope_digest(backend.profile, "work", backend.settings, persistent=True)
         assert body["metadata"]["hermes_plugin"] == "e2b-terminal"
@@ -89,7 +89,7 @@ def test_an_ephemeral_sandbox_is_killed_at_its_lease_end_and_on_destroy(fake: Fa
     sb = backend.create_ephemeral()
     (create,) = fake.calls("POST", "/v2/sandboxes")
     assert create.body["autoPause"] is False and "autoPauseMemory" not in create.body
-    assert create.body["timeout"] == 300 + 120  # the lease plus the reaper and request-timeout floor
+    assert create.body["timeout"] == 300 + 120 + 30  # the lease, the reaper and request-timeout floor, headroom
     assert sb.ephemeral
     sb.destroy()
     assert fake.calls("DELETE", f"/sandboxes/{sb.sandbox_id}")
@@ -98,34 +98,45 @@ def test_an_ephemeral_sandbox_is_killed_at_its_lease_end_and_on_destroy(fake: Fa
         backend.get(sb.name)
 
 
-def test_exec_extends_the_lease_first_and_returns_code_and_both_streams(fake: FakeE2B, backend: E2BBackend) -> None:
+def test_exec_returns_code_and_both_streams_with_the_lease_extended_first_when_short(
+        fake: FakeE2B, backend: E2BBackend) -> None:
     with opened(backend) as sb:
         connects = f"/v2/sandboxes/{sb.sandbox_id}/connect"
         fake.clear_requests()
         result = sb.exec("echo out; echo err >&2; pwd; echo $X; exit 3", env={"X": "y"}, timeout=600)
         assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n/home/user\ny\n", "err\n")
-        wait_until(lambda: fake.calls("POST", connects), "the lease extension")
+        # the lease secured at open (300 s + headroom) does not cover 600 + grace: extended first
+        assert [r.rpc or r.path for r in fake.requests][:2] == [connects, "Process/Start"]
         (connect,) = fake.calls("POST", connects)
-        assert connect.body == {"timeout": 600 + 1 + 30}  # max(lease, timeout + grace)
+        assert connect.body == {"timeout": 600 + 1 + 30 + 30}  # max(lease, timeout + grace) + headroom
         (start,) = fake.calls(rpc="Process/Start")
         assert start.body["timeout_ms"] == (600 + 30) * 1000  # the stream's own deadline
         assert start.body["cwd"] == "/home/user" and start.body["envs"] == {"X": "y"}
-        sb.exec(["printf", "%s", "a b"], timeout=5)
-        wait_until(lambda: len(fake.calls("POST", connects)) == 2, "the second extension")
-        assert fake.calls("POST", connects)[-1].body == {"timeout": 300}
+        sb.exec(["printf", "%s", "a b"], timeout=600)  # still covered by the bound: no request
         assert sb.exec(["printf", "%s", "a b"]).stdout == "a b"  # argv is quoted, not split
         assert sb.exec("cat", stdin=b"fed").stdout == "fed"
+        assert len(fake.calls("POST", connects)) == 1
+        fake.clear_requests()
+        sb.exec("true", timeout=660)  # 660 + grace is past the bound: extended first again
+        assert [r.rpc or r.path for r in fake.requests][:2] == [connects, "Process/Start"]
+        assert fake.calls("POST", connects)[0].body == {"timeout": 660 + 1 + 30 + 30}
         assert not fake.calls(path=f"/sandboxes/{sb.sandbox_id}/timeout")  # never a call that can shorten
 
 
-def test_with_little_lease_left_the_extension_completes_before_the_command(fake: FakeE2B) -> None:
-    short = E2BBackend(E2BSettings(lease_seconds=60), api_key=API_KEY, profile=f"/profiles/{secrets.token_hex(4)}",
-                       api_url=fake.url, sandbox_url=fake.url)
-    with opened(short) as sb:
+def test_a_reservation_covers_the_next_started_command_and_its_resume(fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend) as sb:
+        connects = f"/v2/sandboxes/{sb.sandbox_id}/connect"
         fake.clear_requests()
-        assert sb.exec("true").exit_code == 0
-        assert [r.rpc or r.path for r in fake.requests] == [f"/v2/sandboxes/{sb.sandbox_id}/connect",
-                                                            "Process/Start"]
+        sb.reserve(900)  # what the Hermes environment says before starting a command with that deadline
+        assert [r.path for r in fake.requests] == [connects]
+        assert fake.requests[0].body == {"timeout": 900 + 1 + 30 + 30}
+        fake.pause(sb.sandbox_id)  # someone else pauses it in between
+        fake.clear_requests()
+        sb.reserve(900)  # the bound still covers it: no request, the pause is found by the start
+        proc = sb.start("echo resumed")
+        assert proc.wait(60) == 0
+        assert [r.rpc or r.path for r in fake.requests][:3] == ["Process/Start", connects, "Process/Start"]
+        assert fake.calls("POST", connects)[0].body == {"timeout": 900 + 1 + 30 + 30}  # the resume asks for it all
 
 
 def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survive(
@@ -249,16 +260,13 @@ def test_checkpoints_are_snapshots_and_restore_replaces_the_sandbox_keeping_iden
     assert not [c for c in fake.world.snapshots.values() if c.snapshot_id == first.id]  # destroy removed it
 
 
-def test_errors_are_mapped_and_never_show_the_key(
-        fake: FakeE2B, backend: E2BBackend, caplog: pytest.LogCaptureFixture) -> None:
+def test_errors_are_mapped_and_never_show_the_key(fake: FakeE2B, backend: E2BBackend) -> None:
     with opened(backend) as sb:
-        fake.fail("POST", r"/v2/sandboxes/.*/connect", 500, message=f"boom, key was {API_KEY}", times=2)
-        with caplog.at_level(logging.WARNING, logger="hermes_sandboxes.backends.e2b"):
-            assert sb.exec("true").exit_code == 0  # plenty of lease left: the extension ran beside it
-            wait_until(lambda: "extending the lease of work failed" in caplog.text, "the warning")
-        assert API_KEY not in caplog.text and "[REDACTED:E2B_API_KEY]" in caplog.text
-        with pytest.raises(SandboxError) as exc:  # now the lease is unknown: it is extended first
-            sb.exec("true")
+        fake.fail("POST", r"/v2/sandboxes/.*/connect", 500, message=f"boom, key was {API_KEY}")
+        fake.clear_requests()
+        with pytest.raises(SandboxError) as exc:  # the lease must be extended first, and that fails
+            sb.exec("true", timeout=3600)
+        assert not fake.calls(rpc="Process/Start")  # so the command never started
         assert API_KEY not in str(exc.value) and "[REDACTED:E2B_API_KEY]" in str(exc.value)
         assert isinstance(exc.value, SandboxUnreachable) and exc.value.retryable
         fake.drop_stream(after_events=3)  # the start event and two chunks get through

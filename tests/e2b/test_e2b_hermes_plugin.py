@@ -61,3 +61,26 @@ def test_a_real_hermes_runs_its_terminal_tool_in_an_e2b_sandbox_with_checkpoints
     assert str(call("terminal", {"command": "cat /home/user/greeting"})["output"]).strip() == "hello"
     listed = json.dumps(call("sandbox_checkpoints", {}))
     assert saved["checkpoint"] in listed and API_KEY not in listed
+
+
+def test_a_command_with_a_long_deadline_gets_its_lease_before_it_starts(fake: FakeE2B, hermes_home: Path) -> None:
+    from model_tools import handle_function_call
+
+    def run(command: str, timeout: int) -> dict[str, object]:
+        args = {"command": command, "timeout": timeout}
+        result = json.loads(handle_function_call("terminal", args, task_id="t-e2b-lease"))
+        assert isinstance(result, dict)
+        return result
+
+    assert run("echo warm", 30)["exit_code"] == 0  # the sandbox exists, its lease covers short commands
+    fake.clear_requests()
+    assert str(run("echo long-deadline", 500)["output"]).strip() == "long-deadline"
+    order = [r.body.get("timeout") if r.path.endswith("/connect") else
+             ("command" if r.rpc == "Process/Start" and "long-deadline" in json.dumps(r.body) else None)
+             for r in fake.requests]
+    order = [o for o in order if o is not None]
+    # Hermes's deadline (500 s) plus the grace and headroom, secured before the command starts
+    assert order[:2] == [500 + 1 + 30 + 30, "command"], order
+    fake.clear_requests()
+    assert run("echo short", 30)["exit_code"] == 0
+    assert not [r for r in fake.requests if r.path.endswith("/connect")]  # covered: no request

@@ -202,7 +202,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
 
         def start(sink: Callable[[bytes], None]) -> Process:
-            proc = self._start(argv, stdin=stdin, sink=sink, call=call)
+            proc = self._start(argv, stdin=stdin, sink=sink, call=call, timeout=timeout)
             if call is not None:
                 call.checkpoint, call.verdict, call.plan = proc.auto_checkpoint, proc.verdict, proc.credentials
             return proc
@@ -210,8 +210,9 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         return StreamingHandle(start, self._redactor if self._redactor else None)
 
     def _start(self, argv: list[str], *, stdin: bytes | None, sink: Callable[[bytes], None],
-               call: _Call | None) -> RecordedProcess:
+               call: _Call | None, timeout: float) -> RecordedProcess:
         def launch() -> RecordedProcess:
+            self.sandbox.reserve(timeout)  # Hermes's deadline: a leased sandbox must outlive it
             if call is None:  # Hermes's own shell work (its session snapshot), not the agent's command
                 return self.recorded.start(argv, internal=True, record_as=argv[-1], stdin=stdin,
                                            on_stdout=sink, on_stderr=sink)

@@ -12,10 +12,11 @@ What it guarantees, and how:
 * Persistent sandboxes are created with on-timeout pause (filesystem only, no auto-resume) and are
   never paused or killed behind the caller's back; ephemeral ones with on-timeout kill, and
   ``destroy()`` kills them.
-* Every command extends the lease to max(lease, timeout + grace) with the class-level
-  ``Sandbox.connect`` (extend-only; it also resumes a paused sandbox), beside the command while the
-  lease already secured outlasts any request, else before it. ``set_timeout``, which can shorten a
-  lease another process relies on, is never called.
+* Before every command the lease is known to cover max(lease, timeout + grace): a lower bound of
+  its end is kept from the last extension, and only when it falls short is the lease extended
+  (before the command, with a headroom on top) with the class-level ``Sandbox.connect``
+  (extend-only; it also resumes a paused sandbox). ``set_timeout``, which can shorten a lease
+  another process relies on, is never called.
 * Output reaches the sinks chunk by chunk; the SDK handle runs with ``retain_output=False`` so
   nothing accumulates on the host. A timeout or an interrupt kills the command by pid; the sandbox
   and its other processes survive.

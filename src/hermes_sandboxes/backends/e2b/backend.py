@@ -25,6 +25,7 @@ from hermes_sandboxes.backends.e2b.identity import (
     PLUGIN_KEY,
     PLUGIN_VALUE,
     SCOPE_KEY,
+    lease_request,
     lifecycle,
     scope_digest,
 )
@@ -229,7 +230,7 @@ class E2BBackend(Backend):
     def _create(self, name: str, scope: str, settings: E2BSettings, *, ephemeral: bool,
                 template: str | None = None) -> E2BSandbox:
         """Create the sandbox from ``template`` (a snapshot id, for a fork) or the settings' template."""
-        lease = self.lease(ephemeral)
+        lease = lease_request(self.lease(ephemeral))
         lease_until = time.monotonic() + lease
         try:
             sdk = e2b.Sandbox.create(
@@ -256,9 +257,10 @@ class E2BBackend(Backend):
 
     def _attach(self, sandbox_id: str, name: str, scope: str, *, ephemeral: bool, created: bool,
                 internet: bool | None = None) -> E2BSandbox:
-        lease_until = time.monotonic() + self.lease(ephemeral)
+        lease = lease_request(self.lease(ephemeral))
+        lease_until = time.monotonic() + lease
         sdk = self.call(f"connect to sandbox {name}",
-                        lambda: e2b.Sandbox.connect(sandbox_id, timeout=self.lease(ephemeral), **self.opts))
+                        lambda: e2b.Sandbox.connect(sandbox_id, timeout=lease, **self.opts))
         if internet is None:
             internet = self.settings.allow_internet_access
         return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=created, internet=internet,

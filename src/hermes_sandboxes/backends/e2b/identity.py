@@ -6,7 +6,7 @@ import hashlib
 
 import e2b
 
-from hermes_sandboxes.backends.e2b_settings import E2BSettings
+from hermes_sandboxes.backends.e2b_settings import MAX_LEASE_SECONDS, E2BSettings
 
 API_KEY_ENV = "E2B_API_KEY"
 PLUGIN_KEY, PLUGIN_VALUE = "hermes_plugin", "e2b-terminal"  # shared with the existing E2B plugin
@@ -17,6 +17,7 @@ EPHEMERAL_KEY = "hermes_sandboxes_ephemeral"
 CREATED_KEY = "hermes_sandboxes_created"
 NETWORK_KEY = "hermes_sandboxes_network"  # "host" (internet) or "none" (no egress), for ls
 EPHEMERAL_FLOOR_S = 60 + 60  # one Hermes reaper interval + one control-plane request timeout
+LEASE_HEADROOM_MAX_S = 30
 
 
 def scope_digest(profile: str, name: str, settings: E2BSettings, *, persistent: bool) -> str:
@@ -34,3 +35,11 @@ def lifecycle(persistent: bool) -> e2b.SandboxLifecycle:
     if persistent:
         return {"on_timeout": {"action": "pause", "mode": "filesystem"}, "auto_resume": False}
     return {"on_timeout": "kill", "auto_resume": False}
+
+
+def lease_request(need: int) -> int:
+    """The lease to ask for when ``need`` seconds must be secured: the need plus a headroom (a tenth
+    of it, 1 to 30 s), so the commands of the next moments find their lease already covered and
+    make no request. Never past E2B's longest lease, unless the need itself is (E2B then refuses)."""
+    headroom = max(1, min(LEASE_HEADROOM_MAX_S, need // 10))
+    return min(need + headroom, max(need, MAX_LEASE_SECONDS))

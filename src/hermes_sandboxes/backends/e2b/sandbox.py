@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import json
 import logging
+import math
 import re
 import shlex
 import threading
@@ -20,6 +21,7 @@ from hermes_sandboxes.backends.e2b.identity import (
     EPHEMERAL_KEY,
     NAME_KEY,
     NETWORK_KEY,
+    lease_request,
     lifecycle,
 )
 from hermes_sandboxes.backends.e2b.process import E2BProcess
@@ -46,9 +48,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-# A lease known to last longer than this outlives any control-plane request (60 s by default), so
-# the extension for a command may run beside the command instead of before it.
-LEASE_MARGIN_S = 90.0
 SNAPSHOT_PREFIX = "hs-"
 CHECKPOINT_INDEX = ".cache/hermes-sandboxes/checkpoints.json"  # comments, under the sandbox's home
 
@@ -96,45 +95,51 @@ class E2BSandbox(Sandbox):
 
     def extend_lease(self, seconds: int) -> None:
         """Extend-only: a running sandbox keeps the longer of its lease and ``seconds``; a paused one
-        resumes. The SDK object is replaced, since a resumed sandbox may have new envd credentials."""
+        resumes with a lease of ``seconds``. The SDK object is replaced, since a resumed sandbox may
+        have new envd credentials. Afterwards the lease surely lasts ``seconds`` from when the request
+        was sent: that is the new bound (never the old one, which a pause may have voided)."""
         sandbox_id = self.sandbox_id
         asked = time.monotonic()
         self._sdk = self.call("extend the lease", lambda: e2b.Sandbox.connect(
             sandbox_id, timeout=seconds, **self._backend.opts))
         with self._lease_lock:
-            self._lease_until = max(self._lease_until, asked + seconds)
+            self._lease_until = asked + seconds
 
     def _renew_for(self, seconds: int) -> None:
-        """Extend the lease for a command about to start. When the lease left is known to outlast
-        the extension request, the request runs beside the command (saving a round trip); otherwise,
-        or when it is unknown, it completes first. Either way E2B's timeout cannot fire mid-command."""
+        """Make sure the lease lasts ``seconds`` from now before a command starts. The bound kept
+        from the last extension decides: when it covers them, no request is made; otherwise the
+        extension completes first, asking for the headroom on top, so the commands of the next
+        moments find their lease covered too."""
+        self._local.need = seconds  # what a resume on the command's way must ask for
         with self._lease_lock:
-            plenty = self._lease_until - time.monotonic() > LEASE_MARGIN_S
-        if not plenty:
-            self.extend_lease(seconds)
-            return
-        threading.Thread(target=self._extend_quietly, args=(seconds,), name=f"e2b-lease-{self.name}",
-                         daemon=True).start()
+            covered = self._lease_until - time.monotonic() >= seconds
+        if not covered:
+            self.extend_lease(lease_request(seconds))
 
-    def _extend_quietly(self, seconds: int) -> None:
-        try:
-            self.extend_lease(seconds)
-        except SandboxError as exc:
-            with self._lease_lock:
-                self._lease_until = 0.0  # unknown now: the next command extends before it starts
-            log.warning("E2B: extending the lease of %s failed (%s); the next command retries first",
-                        self.name, exc)
-
-    def _resuming(self, what: str, fn: Callable[[], T]) -> T:
+    def _resuming(self, what: str, fn: Callable[[], T], need: int | None = None) -> T:
         """``fn`` against envd; a sandbox found paused (by another process's stop(), or its lease
-        running out) is resumed with the extend-only connect and ``fn`` tried once more."""
+        running out) is resumed with the extend-only connect, asking for ``need`` seconds (default
+        the lease), and ``fn`` tried once more."""
         try:
             return self.call(what, fn)
         except SandboxError as exc:
             if not isinstance(exc.__context__, e2b.SandboxNotRunningException):
                 raise
-        self.extend_lease(self._backend.lease(self.ephemeral))
+        self.extend_lease(lease_request(need or self._need(None)))
         return self.call(what, fn)
+
+    def _need(self, timeout: float | None) -> int:
+        """The lease a command needs from its start: max(lease, timeout + grace)."""
+        lease = self._backend.lease(self.ephemeral)
+        if timeout is None:
+            return lease
+        return max(lease, math.ceil(timeout) + 1 + self._backend.settings.command_grace_seconds)
+
+    def reserve(self, seconds: float) -> None:
+        """The caller's next command on this thread may run ``seconds``: the lease covers them and
+        the grace before this returns (and again should the command find the sandbox paused)."""
+        self._local.reserved = self._need(seconds)
+        self._renew_for(self._local.reserved)
 
     def info(self) -> SandboxInfo:
         return _info(self.call("describe", lambda: self._sdk.get_info()))
@@ -144,8 +149,7 @@ class E2BSandbox(Sandbox):
              stdin: Stdin = None, timeout: float | None = None, on_stdout: OutputSink | None = None,
              on_stderr: OutputSink | None = None, capture_limit: int = 256 * 1024) -> ExecResult:
         settings = self._backend.settings
-        need = 0 if timeout is None else int(timeout) + 1 + settings.command_grace_seconds
-        self._renew_for(max(self._backend.lease(self.ephemeral), need))
+        self._renew_for(self._need(timeout))
         # the stream's own deadline is a safety net should this host vanish mid-command
         self._local.deadline = None if timeout is None else timeout + settings.command_grace_seconds
         try:
@@ -157,7 +161,8 @@ class E2BSandbox(Sandbox):
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: Stdin = None, on_stdout: OutputSink | None = None,
               on_stderr: OutputSink | None = None) -> Process:
-        self._renew_for(self._backend.lease(self.ephemeral))
+        reserved, self._local.reserved = getattr(self._local, "reserved", 0), 0
+        self._renew_for(max(self._need(None), reserved))
         return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, None)
 
     def _start_for_exec(self, command: Command, *, cwd: str | None, env: Mapping[str, str] | None,
@@ -180,7 +185,7 @@ class E2BSandbox(Sandbox):
                                           cwd=cwd or self._backend.settings.cwd, stdin=stdin is not None,
                                           timeout=deadline or 0, retain_output=False)
 
-        handle = self._resuming("start a command", run)
+        handle = self._resuming("start a command", run, getattr(self._local, "need", None))
         sdk = self._sdk
         if isinstance(stdin, bytes):
             self.call("send input", lambda: sdk.commands.send_stdin(handle.pid, stdin))
@@ -289,11 +294,14 @@ class E2BSandbox(Sandbox):
         backend = self._backend
         # the replacement carries the very metadata of the sandbox it replaces: identity, labels, age
         metadata = dict(self.call("describe", self._sdk.get_info).metadata)
+        lease, asked = lease_request(backend.lease(self.ephemeral)), time.monotonic()
         new = self.call("restore", lambda: e2b.Sandbox.create(
-            template=checkpoint_id, timeout=backend.lease(self.ephemeral), metadata=metadata,
+            template=checkpoint_id, timeout=lease, metadata=metadata,
             allow_internet_access=self.internet,
             lifecycle=lifecycle(not self.ephemeral), **backend.opts))
         old_id, self._sdk = self.sandbox_id, new
+        with self._lease_lock:
+            self._lease_until = asked + lease  # the replacement's own lease, not the old one's
         with contextlib.suppress(SandboxError):
             self.call("kill the replaced sandbox", lambda: e2b.Sandbox.kill(old_id, **backend.opts))
         if comments:
