@@ -8,13 +8,27 @@ add redaction, file sync that refuses to run against stale state, and the audit 
 invocations Hermes makes outside ``execute()`` (its session snapshot) are journaled as internal.
 
 Hermes calls ``cleanup()`` after every turn unless ``_persistent`` is true, and also from its idle
-reaper and at exit. Here ``_persistent`` mirrors ``terminal.container_persistent``: a persistent
-environment's cleanup pulls agent-authored files back and leaves the sandbox as it is; an ephemeral
-one's also destroys its run-unique sandbox.
+reaper and at exit. Here ``_persistent`` mirrors ``terminal.container_persistent``. What cleanup does
+(the rules of when it runs are in teardown.py):
+
+=========================================  ====================================  ==============================
+trigger                                    persistent                            ephemeral
+=========================================  ====================================  ==============================
+cleanup (turn end, idle reaper, exit)      pull agent-authored files back (the   pull back, then destroy the
+                                           backend resumes a paused sandbox      run-unique sandbox
+                                           first), release the writer lease;
+                                           the sandbox is never paused or
+                                           killed by us
+cleanup while a command runs               deferred until it ends                deferred until it ends
+an environment finalised without cleanup   release the lease, never pull         destroy the sandbox, never pull
+cleanup again                              nothing                               nothing
+the sandbox is already gone                nothing to pull, no error             nothing to pull, no error
+=========================================  ====================================  ==============================
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
@@ -24,7 +38,7 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
-from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
+from hermes_sandboxes.errors import CheckpointFailed, SandboxNotFound
 from hermes_sandboxes.leases import NotAdmitted, WriterLease
 from hermes_sandboxes.recorder import RecordedProcess, RecordedSandbox, StoriedCheckpoint
 from hermes_sandboxes.risk import RiskVerdict
@@ -32,7 +46,8 @@ from hermes_sandboxes.sandbox import Capability, Process, Sandbox
 from hermes_sandboxes.secrets import CredentialPlan, Redactor
 
 from .handle import StreamingHandle
-from .sync import SandboxFileSync, SyncFailed
+from .sync import Pulled, SandboxFileSync, SyncFailed
+from .teardown import CommandGate, GateClosed, Step, run_steps
 
 logger = logging.getLogger(__name__)
 
@@ -79,12 +94,12 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self.options = options
         self._persistent = options.persistent
         self._redactor = options.redactor  # every value ever injected: a copy in a file stays hidden too
-        self._closed = False
-        self._close_lock = threading.Lock()
+        self._gate = CommandGate(self._teardown, recorded.name)
         self._sync = SandboxFileSync(lambda: self.sandbox, f"{recorded.inner.home}/.hermes", options.sync_lock)
         try:
             self._admit(force=True)
         except BaseException:
+            self._gate.finalise()  # the caller cleans up what it made; the finaliser has nothing to do
             if options.lease is not None:
                 options.lease.release()
             raise
@@ -103,9 +118,18 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         return "/tmp"
 
     # --- per command -------------------------------------------------------------------------
+    def busy(self) -> contextlib.AbstractContextManager[None]:
+        """Hold off cleanup while an agent tool works on the sandbox (GateClosed after cleanup)."""
+        return self._gate.command()
+
     def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
-        if self._closed:
-            raise EnvironmentConnectionError(f"the environment of sandbox {self.sandbox_name} was cleaned up")
+        try:
+            with self._gate.command():
+                return self._execute(command, cwd, **kwargs)
+        except GateClosed as exc:
+            raise EnvironmentConnectionError(str(exc)) from exc
+
+    def _execute(self, command: str, cwd: str, **kwargs: Any) -> dict[str, Any]:
         if cwd in ("/root", "~") and self.sandbox.home != "/root":
             cwd = self._start_cwd  # Hermes's container default; this sandbox's home is elsewhere
         call = _Call(command=command, origin=self._origin())
@@ -245,24 +269,53 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
 
     # --- teardown -------------------------------------------------------------------------------
     def cleanup(self) -> None:
-        with self._close_lock:
-            if self._closed or not hasattr(self, "_sync"):
-                return
-            self._closed = True
+        gate = getattr(self, "_gate", None)  # None: __init__ failed before it existed
+        if gate is not None:
+            gate.close()
+
+    def wait_for_cleanup(self, timeout: float | None = None) -> bool:
+        """Hermes calls this at exit: a cleanup deferred behind a running command finishes first."""
+        return self._gate.wait(timeout)
+
+    def _teardown(self) -> None:
         lease = self.options.lease
+        steps: list[Step] = []
+        if lease is None or lease.is_writer:
+            steps.append(("pull agent-authored files back", self._pull_back))
+        else:
+            logger.debug("sandbox %s: not the writer, so no pull-back", self.sandbox_name)
+        if lease is not None:
+            steps.append(("release the writer lease", lease.release))
+        if not self._persistent:
+            steps.append(("destroy the ephemeral sandbox", self._destroy))
+        run_steps(steps, self.sandbox_name)
+
+    def _pull_back(self) -> None:
+        pulled = self._sync.pull()
+        if pulled is Pulled.GONE:
+            logger.info("sandbox %s is already gone: nothing to pull back", self.sandbox_name)
+        elif pulled is Pulled.FAILED:
+            logger.error("sandbox %s: agent-authored files were not pulled back", self.sandbox_name)
+
+    def _destroy(self) -> None:
         try:
-            if lease is not None and not lease.is_writer:
-                logger.debug("sandbox %s: not the writer, so no pull-back", self.sandbox_name)
-            elif not self._sync.pull():
-                logger.warning("sandbox %s: agent-authored files were not pulled back", self.sandbox_name)
-        finally:
-            if lease is not None:
-                lease.release()
-            if not self._persistent:
-                try:
-                    self.recorded.destroy()
-                except SandboxError:
-                    logger.warning("could not destroy ephemeral sandbox %s", self.sandbox_name, exc_info=True)
+            self.recorded.destroy()
+        except SandboxNotFound:
+            logger.info("sandbox %s is already gone", self.sandbox_name)
+
+    def __del__(self) -> None:
+        """Finalised without a cleanup: never pull (that needs the network and a live profile at an
+        unknown moment); release the lease here, and destroy an ephemeral sandbox, which nobody
+        could find again."""
+        gate = getattr(self, "_gate", None)
+        if gate is None or not gate.finalise():
+            return
+        with contextlib.suppress(Exception):
+            if self.options.lease is not None:
+                self.options.lease.release()
+        if not self._persistent:
+            with contextlib.suppress(Exception):
+                self.recorded.destroy()
 
 
 def _session_key() -> str:

@@ -7,7 +7,9 @@ any backend. Two things ``FileSyncManager`` does not do, done here:
 * it swallows a failed push (logs, rolls back, retries next time). A command run after a failed
   push would see stale skills or credentials, so every transport error is remembered and
   ``push()`` raises ``SyncFailed``; the caller refuses to run the command.
-* it never reports whether a pull-back worked; ``pull()`` returns False when it did not.
+* it never reports whether a pull-back worked; ``pull()`` says whether it did, failed, or found
+  the sandbox gone. It also retries a failed pull-back with pauses: a sandbox that no longer
+  exists stops those retries at once (nothing left to pull is not a failure).
 
 Credential files are pushed with mode 0600 and never pulled back (Hermes skips them on pull-back;
 the agent may have tampered with them inside the sandbox).
@@ -15,6 +17,7 @@ the agent may have tampered with them inside the sandbox).
 
 from __future__ import annotations
 
+import enum
 import importlib
 import logging
 import shlex
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.errors import SandboxError, SandboxNotFound
 from hermes_sandboxes.sandbox import Sandbox
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,17 @@ _TRANSFER_TIMEOUT_S = 120.0
 
 class SyncFailed(SandboxError):
     """Files could not be pushed into the sandbox; running a command now would use stale state."""
+
+
+class Pulled(enum.Enum):
+    DONE = "done"
+    FAILED = "failed"
+    GONE = "gone"  # the sandbox no longer exists: nothing to pull
+
+
+class _Gone(BaseException):
+    """Raised through Hermes's sync-back, which retries every ``Exception`` with pauses in between:
+    when the sandbox is gone no retry can help, so this must not be one."""
 
 
 class SandboxFileSync:
@@ -111,6 +125,8 @@ class SandboxFileSync:
                     raise SyncFailed("pulling ~/.hermes out of the sandbox timed out")
             if code != 0:
                 raise SyncFailed(f"pulling ~/.hermes out of the sandbox failed (tar exit {code})")
+        except SandboxNotFound as exc:
+            raise _Gone() from exc
         except BaseException as exc:
             self._errors.append(exc)
             raise
@@ -132,18 +148,20 @@ class SandboxFileSync:
                 self._errors.clear()
                 raise SyncFailed(f"file sync into the sandbox failed, command not run: {error}") from error
 
-    def pull(self) -> bool:
-        """Copy agent-authored changes (skills, caches) back to the host. True when it worked."""
+    def pull(self) -> Pulled:
+        """Copy agent-authored changes (skills, caches) back to the host."""
         with self._lock:
             self._errors.clear()
             try:
                 self._manager.sync_back()
+            except _Gone:
+                return Pulled.GONE
             except Exception:
                 logger.warning("pulling files back from the sandbox failed", exc_info=True)
-                return False
+                return Pulled.FAILED
             ok = not self._errors
             self._errors.clear()
-            return ok
+            return Pulled.DONE if ok else Pulled.FAILED
 
 
 def _remote_key(remote_path: str, remote_base: str) -> str:

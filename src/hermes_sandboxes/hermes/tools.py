@@ -63,7 +63,9 @@ def _checkpoint_view(cp: StoriedCheckpoint) -> dict[str, Any]:
 def _guarded(fn: Callable[[SandboxEnvironment, dict[str, Any]], str]) -> Handler:
     def handler(args: dict[str, Any], task_id: str | None = None, **_: Any) -> str:
         try:
-            return fn(_environment(task_id), args or {})
+            env = _environment(task_id)
+            with env.busy():  # a cleanup asked for meanwhile waits for the tool
+                return fn(env, args or {})
         except (SandboxError, LookupError) as exc:
             return _error(str(exc))
 

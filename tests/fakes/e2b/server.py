@@ -14,7 +14,7 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,11 @@ class FakeE2B:
         event counts); the process itself keeps running, as on E2B."""
         self._arm(Fault("POST", f"/process.Process/{rpc}", "drop_stream", after=after_events, times=times))
 
+    def call_on(self, method: str, path: str, callback: Callable[[], None], *, times: int = 1) -> None:
+        """Call ``callback`` (on the server's thread) when the next ``times`` requests matching
+        ``method`` and ``path`` (a regex) arrive, then serve them as usual."""
+        self._arm(Fault(method, path, "call", times=times, callback=callback))
+
     def pause(self, sandbox_id: str) -> None:
         """Pause a sandbox as its lease running out with on-timeout pause would."""
         self.world.pause(self.sandbox(sandbox_id))
@@ -141,6 +146,9 @@ class FakeE2B:
                           headers, headers.get("e2b-sandbox-id"))
         with self.world.lock:
             self.world.requests.append(record)
+        hook = self.world.take_fault(scope["method"], scope["path"], ("call",))
+        if hook is not None and hook.callback is not None:
+            hook.callback()
         fault = self.world.take_fault(scope["method"], scope["path"], ("status",))
         if fault is not None:
             await respond_json(send, fault.status, fault.body, fault.headers)

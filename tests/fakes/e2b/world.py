@@ -58,12 +58,14 @@ class Fault:
 
     method: str
     path: str
-    kind: str  # "status": answer status/body; "drop": cut the response; "drop_stream": cut after `after` events
+    kind: str  # "status": answer status/body; "drop": cut the response; "drop_stream": cut after `after` events;
+    # "call": call `callback` when the request arrives, then serve it normally
     status: int = 500
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     after: int = 0
     times: int = 1
+    callback: Callable[[], None] | None = None
 
     def matches(self, method: str, path: str) -> bool:
         return self.times > 0 and method == self.method and re.fullmatch(self.path, path) is not None
