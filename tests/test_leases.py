@@ -106,3 +106,71 @@ def test_without_flock_one_warning_and_every_process_writes(tmp_path: Path) -> N
     for proc in (first, second):
         err = proc.exit()
         assert err.count("flock is not available") == 1, err
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_the_last_holder_removes_the_lease_files_and_a_crashed_ones_are_removed_by_the_next(
+        tmp_path: Path) -> None:
+    writer = Child(tmp_path, "e2b-123/work")
+    assert writer.role == "writer"
+    writer.do("mark_prepared")
+    writer.do("mark_dirty")
+    assert len(_files(tmp_path)) == 3  # lock, prepared, dirty
+    reader = WriterLease(tmp_path, "e2b-123/work", label="box")
+    assert not reader.try_acquire()
+    writer.do("release")
+    assert _files(tmp_path) == []  # nothing left behind
+    writer.exit()
+    crashed = Child(tmp_path, "e2b-123/work")
+    crashed.do("mark_prepared")
+    crashed.proc.kill()  # no release: its files stay, its lock goes with the process
+    crashed.proc.wait()
+    assert len(_files(tmp_path)) == 2
+    assert reader.try_acquire()  # the next writer takes over the files ...
+    reader.release()
+    assert _files(tmp_path) == []  # ... and removes them when it lets go
+
+
+def test_a_destroyed_sandboxs_lease_files_are_discarded_unless_held(tmp_path: Path, child: Child) -> None:
+    child.do("mark_prepared")
+    mine = WriterLease(tmp_path, "e2b-123/work")
+    assert not mine.discard() and len(_files(tmp_path)) == 2  # a writer holds them: left alone
+    child.proc.kill()
+    child.proc.wait()
+    assert mine.discard() and _files(tmp_path) == []
+    assert mine.discard()  # nothing there: nothing to do
+
+
+_HAMMER = textwrap.dedent("""
+    import os, sys
+    from hermes_sandboxes.leases import WriterLease
+    directory, rounds = sys.argv[1], int(sys.argv[2])
+    lease = WriterLease(directory, "e2b-123/work")
+    held = 0
+    for _ in range(rounds):
+        if not lease.try_acquire():
+            continue
+        try:  # only one process may be the writer: a second one here is the bug this guards against
+            fd = os.open(os.path.join(directory, "holder"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            print("two writers at once", flush=True)
+            sys.exit(1)
+        os.close(fd)
+        os.unlink(os.path.join(directory, "holder"))
+        held += 1
+        lease.release()  # removes the lock file every time: contenders race the removal
+    print(held, flush=True)
+""")
+
+
+def test_removing_the_lock_file_never_lets_two_processes_be_the_writer(tmp_path: Path) -> None:
+    leases = tmp_path / "leases"
+    procs = [subprocess.Popen([sys.executable, "-c", _HAMMER, str(leases), "1500"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outcomes = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outcomes
+    assert sum(int(out) for out, _ in outcomes) > 0  # they did take turns
+    assert sorted(p.name for p in leases.iterdir()) == []

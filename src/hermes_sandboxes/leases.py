@@ -13,6 +13,12 @@ Pushing ``~/.hermes`` from each of them at once would interleave writes, so per 
   stale or half-written state. Readers are refused, with a retry hint, until a writer's sync succeeds
   and clears it.
 
+Nothing is left behind: the writer removes the scope's files when it lets the lease go (the next
+writer pushes everything anyway), the lock file last, while still holding it; a process that opened
+the old lock file just before checks, once it has the lock, that the path still names that file,
+and starts again on the new one when not. A crashed writer's files are removed by the next writer's
+release, and ``discard()`` removes those of a sandbox that was destroyed, unless a writer holds them.
+
 Where ``flock`` does not exist (or the filesystem refuses it), one warning is logged and every process
 behaves as the single writer: sync still runs, the markers still gate admission.
 """
@@ -80,35 +86,80 @@ class WriterLease:
             if self.is_writer:
                 return True
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            file = open(self._lock_path, "ab")  # noqa: SIM115 - held open as long as the lease
-            if fcntl is None:
+            while True:
+                file = open(self._lock_path, "ab")  # noqa: SIM115 - held open as long as the lease
+                if fcntl is None:
+                    file.close()
+                    _warn_no_flock("no fcntl module")
+                    self._single_writer = True
+                    return True
+                try:
+                    fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    file.close()
+                    return False
+                except OSError as exc:  # ENOLCK / EOPNOTSUPP: a filesystem without flock
+                    file.close()
+                    _warn_no_flock(str(exc))
+                    self._single_writer = True
+                    return True
+                if _is_the_path(file, self._lock_path):
+                    self._file = file
+                    return True
+                # The writer removed the file between our open and our lock: this lock guards
+                # nothing any more. Lock the file the path names now (or create it afresh).
                 file.close()
-                _warn_no_flock("no fcntl module")
-                self._single_writer = True
-                return True
-            try:
-                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                file.close()
-                return False
-            except OSError as exc:  # ENOLCK / EOPNOTSUPP: a filesystem without flock
-                file.close()
-                _warn_no_flock(str(exc))
-                self._single_writer = True
-                return True
-            self._file = file
-            return True
 
     def release(self) -> None:
-        """Give the lease up (idempotent); a waiting reader takes over at its next command."""
+        """Give the lease up (idempotent); a waiting reader takes over at its next command.
+
+        The last holder of a lease leaves nothing behind: while it still holds the lock (so no other
+        process can be the writer meanwhile) it removes the scope's markers, the prepared stamp
+        first (a reader checking then is refused, never admitted to state nobody vouches for), and
+        then the lock file itself; a process that opened the old file meanwhile notices when it
+        gets the lock (see ``try_acquire``). The next writer starts from nothing and pushes all. In
+        single-writer mode (no flock) nothing is removed: no lock makes that safe."""
         with self._mutex:
             self._single_writer = False
             file, self._file = self._file, None
-        if file is not None:
+        if file is None:
+            return
+        try:
+            self._remove_files()
+        finally:
             with contextlib.suppress(OSError):
                 if fcntl is not None:
                     fcntl.flock(file.fileno(), fcntl.LOCK_UN)
             file.close()
+
+    def _remove_files(self) -> None:
+        """The scope's files, the lock last (the caller holds it). Markers are ``<stem>.<word>``."""
+        stem = self._lock_path.stem
+        markers = [p for p in self.directory.glob(f"{stem}.*")
+                   if p != self._lock_path and "." not in p.name[len(stem) + 1:]]
+        markers.sort(key=lambda p: p != self.prepared_path)
+        for path in [*markers, self._lock_path]:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.warning("writer lease of %s: could not remove %s: %s", self.label, path, exc)
+
+    def discard(self) -> bool:
+        """The scope's sandbox is gone: remove its lease files unless a writer holds them (True
+        when removed, or nothing was there)."""
+        try:
+            if not self._lock_path.exists() and not any(self.directory.glob(f"{self._lock_path.stem}.*")):
+                return True
+            if not self.try_acquire():
+                return False
+        except OSError as exc:  # an unwritable state directory: nothing we can tidy
+            logger.warning("writer lease of %s: could not remove its files: %s", self.label, exc)
+            return False
+        removed = not self._single_writer  # no flock: another process may be using them; leave them
+        self.release()
+        return removed
 
     # markers -----------------------------------------------------------------------------------
     @property
@@ -153,6 +204,16 @@ class WriterLease:
         if not self.prepared:
             raise NotAdmitted(f"sandbox {self.label} is still being prepared by another process; retry in "
                               "a moment")
+
+
+def _is_the_path(file: IO[bytes], path: Path) -> bool:
+    """Whether ``file`` is still what ``path`` names (not removed, not replaced)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(file.fileno())
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _touch(path: Path) -> None:

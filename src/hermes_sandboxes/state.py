@@ -7,6 +7,7 @@ id of where a backend's sandboxes live, so two local stores or two Sprites accou
 
     <state>/<backend key>/audit.jsonl               every event of that backend's sandboxes
     <state>/<backend key>/journals/<sandbox>.jsonl  one sandbox's checkpoint journal
+    <state>/leases/<digest>.*                       writer leases of remote sandboxes (leases.py)
 
 ``<state>`` is ``$HERMES_SANDBOXES_STATE``, else ``$XDG_STATE_HOME/hermes-sandboxes``, else
 ``~/.local/state/hermes-sandboxes``. ``recorded()`` is the one place a ``RecordedSandbox`` is built
@@ -25,6 +26,7 @@ from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.journal import Journal, RedactFn
 
 if TYPE_CHECKING:
+    from hermes_sandboxes.leases import WriterLease
     from hermes_sandboxes.recorder import RecordedSandbox
     from hermes_sandboxes.sandbox import Backend, Sandbox
 
@@ -53,6 +55,12 @@ class HostState:
     def __init__(self, root: str | os.PathLike[str] | None = None, *, durable: bool = True) -> None:
         self.root = Path(root).absolute() if root is not None else default_state_dir()
         self.durable = durable
+
+    def writer_lease(self, backend_key: str, sandbox: str) -> WriterLease:
+        """One view of the writer lease of a remote sandbox (see leases.py), under ``<state>/leases``."""
+        from hermes_sandboxes.leases import WriterLease
+
+        return WriterLease(self.root / "leases", f"{backend_key}/{sandbox}", label=sandbox)
 
     def backend_dir(self, backend_key: str) -> Path:
         return self.root / _backend_key(backend_key)

@@ -6,6 +6,7 @@ Hermes reaches it over loopback like this one."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -106,3 +107,9 @@ def test_one_writer_syncs_readers_fail_closed_on_dirty_state_and_take_over(
     fake.clear_requests()
     took_over = run_here("cat /home/user/.hermes/skills/notes/SKILL.md")
     assert took_over["output"].strip() == "v3" and writes(fake) >= 1, took_over
+    from tools.terminal_tool import cleanup_all_environments
+
+    leases = Path(os.environ["HERMES_SANDBOXES_STATE"]) / "leases"
+    assert list(leases.iterdir())  # this process's lease and markers
+    cleanup_all_environments()  # the last holder lets go: it leaves no lease files behind
+    assert not list(leases.iterdir())

@@ -179,6 +179,7 @@ class Session:
         if policy not in CLI_POLICIES:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
         self.sandbox = sandbox
+        self._state = state
         kept = _secret_values(secrets or {})
         self.recorded = state.recorded(sandbox, redact=Redactor(kept).redact if kept else None,
                                        policy=_RECORDER_POLICY[policy])
@@ -237,6 +238,8 @@ class Session:
 
     def destroy(self) -> None:
         self.recorded.destroy()
+        # a remote sandbox's writer lease files go with it, unless a Hermes process still holds them
+        self._state.writer_lease(self.sandbox.backend.key, self.sandbox.name).discard()
         if self.sandbox.ephemeral:
             # an ephemeral sandbox's own journal dies with it (else every `run` leaves a file
             # behind); its history stays in the audit log

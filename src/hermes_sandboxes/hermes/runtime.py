@@ -48,7 +48,7 @@ class Runtime:
     def writer_lease(self, backend: Backend, name: str) -> WriterLease:
         """This process's view of the sandbox's writer lease (one per environment: each holds its
         own lock file description, so environments of one process contend like processes do)."""
-        return WriterLease(self.state.root / "leases", f"{backend.key}/{name}", label=name)
+        return self.state.writer_lease(backend.key, name)
 
     def forget(self) -> None:
         """Drop the cached backends (tests that tear a store down, or switch state directories)."""
