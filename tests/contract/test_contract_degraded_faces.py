@@ -64,7 +64,8 @@ def test_the_cli_refuses_what_the_backend_cannot_do_in_one_line(local_backend: L
     assert taken.startswith("ck-")
     for args, says in ((("checkpoint", "diff", name, taken), "cannot diff"),
                        (("fork", name, taken, unique_name("dg")), "cannot fork"),
-                       (("checkpoint", "rm", name, taken), "cannot delete checkpoints")):
+                       (("checkpoint", "rm", name, taken), "cannot delete checkpoints"),
+                       (("network", "allow", name, "pypi.org"), "no egress allow-list")):
         result = run(home, *args)
         assert result.exit_code == 1 and result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
     shell = run(home, "shell", name)

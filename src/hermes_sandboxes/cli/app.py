@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from hermes_sandboxes.cli import checkpoints, sandboxes, signals
+from hermes_sandboxes.cli import checkpoints, network, sandboxes, signals
 from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.config import parse_overrides
@@ -149,6 +149,7 @@ for command in sandboxes.COMMANDS:
     cli.add_command(command)
 cli.add_command(checkpoints.checkpoint)
 cli.add_command(checkpoints.log)
+cli.add_command(network.network)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

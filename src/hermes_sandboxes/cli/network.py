@@ -1,0 +1,117 @@
+"""``network``: a sandbox's network mode and its egress allow-list, shown and changed in place.
+
+``allow``, ``deny`` and ``set`` replace the list of a sandbox with network ``proxy`` through the
+contract (``Sandbox.set_allow``), running or not: the proxy applies the new list to the next
+connection, without a restart, and the change goes to the sandbox's journal and the audit log
+(``log`` shows it). A backend without ``Capability.EGRESS_ALLOWLIST`` refuses in one line.
+
+Two calls that change the same list at once may lose one of the changes (each reads the list,
+then writes it whole); ``network show`` says what holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from hermes_sandboxes.cli.output import Ui
+from hermes_sandboxes.cli.session import Workspace
+from hermes_sandboxes.errors import InvalidInput, Unsupported
+from hermes_sandboxes.sandbox import Capability, Sandbox
+
+
+@click.group(short_help="A sandbox's network mode and egress allow-list.")
+def network() -> None:
+    """Show or change what a sandbox's network reaches. Entries are host names, *.domains,
+    addresses or networks, each with an optional :PORT (:* any port; none means 80 and 443), and
+    the presets @pypi, @npm, @debian, @github. Changes apply to new connections at once."""
+
+
+def _show(ui: Ui, name: str, mode: str, allow: Sequence[str], as_json: bool) -> None:
+    if as_json:
+        ui.json({"name": name, "network": mode, "allow": list(allow)})
+        return
+    if mode != "proxy":
+        ui.result(f"{name}: network {mode} (no allow-list: "
+                  + ("nothing is reachable)" if mode == "none" else
+                     "only its own loopback)" if mode == "loopback" else "everything the host reaches)"))
+        return
+    ui.result(f"{name}: network proxy, allowed: " + (" ".join(allow) or "nothing"))
+
+
+@network.command(short_help="The network mode and allow-list of a sandbox.")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def show(workspace: Workspace, name: str, as_json: bool) -> None:
+    """NAME's network mode and, with network proxy, the hosts it may reach."""
+    spec = workspace.sandbox(name).info().spec
+    _show(Ui(), name, spec.network, spec.allow, as_json)
+
+
+def _change(workspace: Workspace, name: str, new_list: Sequence[str] | None, *, add: Sequence[str] = (),
+            remove: Sequence[str] = (), as_json: bool) -> None:
+    """Replace NAME's list with ``new_list``, or the current one with ``add`` and without ``remove``."""
+    sandbox = workspace.sandbox(name)
+    _require_allowlist(sandbox)
+    spec = sandbox.info().spec
+    if spec.network != "proxy":
+        raise InvalidInput(f"sandbox {name} has network {spec.network!r}; an allow-list only applies to network "
+                           "'proxy', which is chosen when a sandbox is created (create NAME --network proxy)")
+    current = list(spec.allow)
+    if new_list is None:
+        known = {e.strip().lower() for e in current}
+        missing = [e for e in remove if e.strip().lower() not in known]
+        if missing:
+            raise InvalidInput(f"sandbox {name}'s allow-list has no entry {', '.join(missing)} "
+                               f"(it holds: {' '.join(current) or 'nothing'}); nothing was changed")
+        dropped = {e.strip().lower() for e in remove}
+        kept = [e for e in current if e.strip().lower() not in dropped]
+        new_list = kept + [e for e in dict.fromkeys(a.strip() for a in add) if e.lower() not in known]
+    session = workspace.session(sandbox)
+    try:
+        entries = session.recorded.set_allow(new_list, previous=current)
+    finally:
+        session.close()
+    _show(Ui(), name, "proxy", entries, as_json)
+
+
+def _require_allowlist(sandbox: Sandbox) -> None:
+    backend = sandbox.backend
+    if Capability.EGRESS_ALLOWLIST not in backend.capabilities:
+        raise Unsupported(f"the {backend.name} backend has no egress allow-list to change (network 'proxy')")
+
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@network.command(short_help="Let a sandbox reach more hosts.")
+@click.argument("name")
+@click.argument("hosts", nargs=-1, required=True, metavar="HOST...")
+@_JSON
+@click.pass_obj
+def allow(workspace: Workspace, name: str, hosts: tuple[str, ...], as_json: bool) -> None:
+    """Add HOST entries to NAME's allow-list (entries it holds already are kept once)."""
+    _change(workspace, name, None, add=hosts, as_json=as_json)
+
+
+@network.command(short_help="Take hosts off a sandbox's allow-list.")
+@click.argument("name")
+@click.argument("hosts", nargs=-1, required=True, metavar="HOST...")
+@_JSON
+@click.pass_obj
+def deny(workspace: Workspace, name: str, hosts: tuple[str, ...], as_json: bool) -> None:
+    """Remove HOST entries, as written in the list (see network show), from NAME's allow-list.
+    Connections already open keep going; new ones are refused."""
+    _change(workspace, name, None, remove=hosts, as_json=as_json)
+
+
+@network.command(name="set", short_help="Replace a sandbox's allow-list.")
+@click.argument("name")
+@click.argument("hosts", nargs=-1, metavar="[HOST...]")
+@_JSON
+@click.pass_obj
+def set_(workspace: Workspace, name: str, hosts: tuple[str, ...], as_json: bool) -> None:
+    """Replace NAME's allow-list with HOST entries; none leaves it reaching nothing."""
+    _change(workspace, name, list(hosts), as_json=as_json)

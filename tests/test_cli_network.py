@@ -1,0 +1,82 @@
+"""``hermes-sandboxes network``: a running proxy sandbox's allow-list shown and changed from the CLI,
+for real (a loopback HTTP server on the host, curl inside, the sandbox's own proxy), without a
+restart, and recorded in the sandbox's log and the audit log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import cli_kit
+import pytest
+from cli_kit import as_json, assert_one_line_error, hs, ok
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.journal import AllowRecord, Journal
+from hermes_sandboxes.sandbox import SandboxSpec
+from hermes_sandboxes.state import HostState
+from tests.local import egress_kit
+from tests.local.kit import init_state
+
+home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
+CURL = "curl -sS -f -m 10 -o /dev/null -w %{http_code}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[egress_kit.Server]:
+    site = tmp_path_factory.mktemp("site")
+    (site / "hello").write_text("hello\n")
+    with egress_kit.serve(site, "unused") as running:
+        yield running
+
+
+@pytest.fixture
+def proxied(local_backend: LocalBackend) -> Iterator[LocalSandbox]:
+    sandbox = local_backend.create(unique_name("net"), SandboxSpec(network="proxy", allow=("@pypi",)))
+    try:
+        yield sandbox
+    finally:
+        sandbox.destroy()
+
+
+def test_allow_deny_and_set_change_a_running_sandbox_s_list_for_its_next_connection(
+        home: Path, local_backend: LocalBackend, proxied: LocalSandbox, server: egress_kit.Server) -> None:
+    name, entry = proxied.name, f"127.0.0.1:{server.port}"
+    fetch = ("exec", name, "--checkpoint", "off", "--", f"{CURL} {server.url}/hello")
+    assert hs(home, *fetch).exit_code == 22  # refused by the proxy (403)
+    init = init_state(proxied)["pid"]
+
+    added = ok(home, "network", "allow", name, entry, "@pypi")
+    assert added.stdout.strip() == f"{name}: network proxy, allowed: @pypi {entry}"
+    assert ok(home, *fetch).stdout == "200"
+    assert as_json(home, "network", "show", name) == {"name": name, "network": "proxy", "allow": ["@pypi", entry]}
+
+    ok(home, "network", "deny", name, entry)
+    assert hs(home, *fetch).exit_code == 22
+    ok(home, "network", "set", name, entry)
+    assert ok(home, *fetch).stdout == "200"
+    assert json.loads(ok(home, "network", "set", name, "--json").stdout)["allow"] == []
+    assert hs(home, *fetch).exit_code == 22
+    assert init_state(proxied)["pid"] == init  # never restarted
+    assert local_backend.get(name).spec.allow == ()  # kept for the sandbox's next start
+
+    changes = Journal(HostState().audit_path(local_backend.key)).records_of(AllowRecord, sandbox=name)
+    assert [(c.previous, c.allow) for c in changes] == [
+        (("@pypi",), ("@pypi", entry)), (("@pypi", entry), ("@pypi",)), (("@pypi",), (entry,)), ((entry,), ())]
+    logged = ok(home, "log", name).stdout
+    assert f"allow-list +{entry}" in logged and f"allow-list -{entry}" in logged
+
+
+def test_bad_changes_are_one_line_errors_that_change_nothing(home: Path, proxied: LocalSandbox,
+                                                              box: LocalSandbox) -> None:
+    name = proxied.name
+    for args, says in ((("allow", name, "not a host!"), "not a host name"),
+                       (("deny", name, "example.com"), "has no entry example.com"),
+                       (("allow", box.name, "pypi.org"), "has network 'none'"),
+                       (("show", "no-such-sandbox"), "no sandbox named no-such-sandbox")):
+        assert_one_line_error(hs(home, "network", *args), exit_code=1, says=says)
+    assert as_json(home, "network", "show", name)["allow"] == ["@pypi"]
+    assert ok(home, "network", "show", box.name).stdout.strip() == f"{box.name}: network none (no allow-list: " \
+                                                                    "nothing is reachable)"
