@@ -13,6 +13,12 @@ ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need_apt+=(libseccomp2)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the egress tests fetch through the proxy with it
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)  # ...and pip download from a local index
 if [[ "${1:-}" == *test* ]]; then
+  # the proxy's CA in a sandbox's system trust store: wget and openssl read it, update-ca-certificates rebuilds it
+  command -v wget >/dev/null 2>&1 || need_apt+=(wget)
+  command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+  command -v update-ca-certificates >/dev/null 2>&1 || need_apt+=(ca-certificates)
+fi
+if [[ "${1:-}" == *test* ]]; then
   # the cgroup v2 tests run in a QEMU guest (tests/guest): emulator, static busybox, initramfs tools
   command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
   dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)

@@ -22,7 +22,7 @@ import ipaddress
 import os
 import re
 import secrets as _random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from hermes_sandboxes.egress.http import RequestHead
 from hermes_sandboxes.egress.policy import AllowList, IPAddress, parse_entry
 from hermes_sandboxes.errors import InvalidInput
 
+SecretLookup = Callable[[str], str | None]  # a variable's name -> its value, None when unset or unknowable
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -55,10 +56,12 @@ class BrokeredCredential:
         if self.file is not None and not os.path.isabs(self.file):
             raise InvalidInput(f"credential {self.name}: file {self.file!r} must be an absolute path")
 
-    def load(self) -> str | None:
-        """The secret from its source on the host, or None when that source is empty or missing."""
+    def load(self, lookup: SecretLookup | None = None) -> str | None:
+        """The secret from its source on the host, or None when that source is empty or missing.
+        An ``env`` source is read through ``lookup`` when given (the Hermes plugin reads the active
+        profile's secrets so), else from this process's environment."""
         if self.env is not None:
-            return os.environ.get(self.env) or None
+            return (lookup(self.env) if lookup is not None else os.environ.get(self.env)) or None
         try:
             return Path(str(self.file)).read_text().strip() or None
         except (OSError, UnicodeDecodeError):

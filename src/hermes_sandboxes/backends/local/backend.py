@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.store import Store
     from hermes_sandboxes.egress import policy
-    from hermes_sandboxes.egress.broker import BrokeredCredential
+    from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs neither
     storage = lazy_module("hermes_sandboxes.backends.local.store")
     policy = lazy_module("hermes_sandboxes.egress.policy")
@@ -70,10 +70,13 @@ class LocalBackend(Backend):
         masks: Sequence[str] = (),
         credentials: Sequence[BrokeredCredential] = (),
         upstream_ca: str | None = None,
+        secret_lookup: SecretLookup | None = None,
     ) -> None:
         """``credentials``: secrets brokered by the egress proxy of ``proxy`` sandboxes (their source
         files are masked in every sandbox); ``upstream_ca``: a CA bundle that proxy trusts for
-        upstream servers instead of the system's (a private registry's, or a test server's)."""
+        upstream servers instead of the system's (a private registry's, or a test server's);
+        ``secret_lookup``: where an ``env`` credential's value is read when a proxy starts (default
+        this process's environment; the Hermes plugin passes the active profile's secrets)."""
         if store not in STORE_KINDS:
             raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
         self.home = paths.resolve_home(home)
@@ -83,6 +86,7 @@ class LocalBackend(Backend):
         # the brokered credentials' source files are hidden in every sandbox
         self.masks = _validate_masks(masks) + tuple(c.file for c in self.credentials if c.file)
         self.upstream_ca = upstream_ca
+        self.secret_lookup = secret_lookup
         self._store_kind = store
         self._image_size = image_size
         self._limits = limits or default_limits()

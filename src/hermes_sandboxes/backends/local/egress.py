@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import forwarder, paths
-from hermes_sandboxes.egress.broker import BrokeredCredential, new_placeholder
+from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup, new_placeholder
 from hermes_sandboxes.errors import SandboxError
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
@@ -117,7 +117,8 @@ def _install_trust(dir_fd: int, ca_dir: Path, lower: str) -> None:
 
 
 def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[str], audit: Path, ca_dir: Path,
-                lower: str, credentials: Sequence[BrokeredCredential], upstream_ca: str | None) -> dict[str, Any]:
+                lower: str, credentials: Sequence[BrokeredCredential], upstream_ca: str | None,
+                lookup: SecretLookup | None = None) -> dict[str, Any]:
     """Start the proxy of the sandbox whose init runs as ``init_pid``; returns its record
     ({"pid", "start"}) for init.json."""
     files = EgressFiles(run_dir)
@@ -140,7 +141,7 @@ def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[s
               "credentials": [{"name": c.name, "hosts": list(c.hosts), "placeholder": placeholders[c.name]}
                               for c in credentials]}
     paths.write_json(files.config, config, durable=False)
-    secrets = {c.name: value for c in credentials if (value := c.load())}
+    secrets = {c.name: value for c in credentials if (value := c.load(lookup))}
     code = (f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
             "from hermes_sandboxes.egress.server import main; main()")
     with listener, open(files.log, "ab") as log:

@@ -9,16 +9,19 @@ from hermes_sandboxes.backends.local.backend import LocalBackend
 from hermes_sandboxes.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from hermes_sandboxes.egress.broker import SecretLookup
     from hermes_sandboxes.settings import BackendSettings
 
 
-def build_backend(settings: BackendSettings) -> LocalBackend:
+def build_backend(settings: BackendSettings, secret_lookup: SecretLookup | None = None) -> LocalBackend:
+    """``secret_lookup``: where brokered ``env`` credentials are read (default: this process's environment)."""
     from hermes_sandboxes.backends.local.settings import LocalSettings  # pydantic: only on this path
 
     if not isinstance(settings, LocalSettings):
         raise InvalidInput(f"the local backend takes LocalSettings, not {type(settings).__name__}")
     return LocalBackend(settings.store_home(), base=settings.base, masks=settings.masks,
-                        credentials=settings.brokered_credentials(), upstream_ca=settings.upstream_ca)
+                        credentials=settings.brokered_credentials(), upstream_ca=settings.upstream_ca,
+                        secret_lookup=secret_lookup)
 
 
 def from_values(values: Mapping[str, Any]) -> LocalBackend | None:

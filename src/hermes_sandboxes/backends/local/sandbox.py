@@ -197,7 +197,7 @@ class LocalSandbox(Sandbox):
         return egress.start_proxy(
             sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
             audit=HostState().audit_path(backend.key), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
-            credentials=backend.credentials, upstream_ca=backend.upstream_ca)
+            credentials=backend.credentials, upstream_ca=backend.upstream_ca, lookup=backend.secret_lookup)
 
     def _restart_proxy(self) -> dict[str, Any]:
         """Start the egress proxy again for a running init whose proxy died (caller holds the lock)."""

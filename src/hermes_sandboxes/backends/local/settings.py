@@ -20,8 +20,9 @@ STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
 
 class Brokered(BaseModel):
     """One brokered credential: the hosts it is for and where its value is on the host (``env``: a
-    variable of the process that starts the sandbox; ``file``: an absolute path). There is no key
-    for the value itself: a secret never sits in a settings file."""
+    variable of the process that starts the sandbox, or under the Hermes plugin a secret of the
+    active profile; ``file``: an absolute path). There is no key for the value itself: a secret
+    never sits in a settings file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     hosts: tuple[str, ...]
