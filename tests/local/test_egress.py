@@ -434,3 +434,21 @@ def test_without_brokering_the_system_store_is_the_base_s(plain: LocalSandbox) -
     assert plain.exec(f"test -e {STORE_CRT}").exit_code == 1
     host_digest = hashlib.sha256(Path(SYSTEM_BUNDLE).read_bytes()).hexdigest()
     assert sh(plain, f"sha256sum < {SYSTEM_BUNDLE}").stdout.split()[0] == host_digest
+
+
+def test_a_trust_store_the_sandbox_turned_into_a_symlink_is_not_followed_on_the_host(
+        broker_backend: LocalBackend) -> None:
+    """The host edits a bundle the agent wrote before the sandbox starts; a /etc/ssl/certs that the
+    agent pointed at a host path (absolute, so the host would resolve it against its own root) is
+    left alone, and so is the host file it names."""
+    target = Path(tempfile.mkdtemp(prefix="hsb-trust-target-", dir="/srv"))
+    try:
+        (target / "ca-certificates.crt").write_text("host bundle\n")
+        with new_sandbox(broker_backend, SandboxSpec(network="proxy")) as sb:
+            sh(sb, f"rm -rf /etc/ssl/certs && mkdir -p {target} && echo inside > {target}/ca-certificates.crt "
+                   f"&& ln -s {target} /etc/ssl/certs")
+            sb.stop()
+            assert sh(sb, "cat /etc/ssl/certs/ca-certificates.crt").stdout == "inside\n"  # started again
+        assert (target / "ca-certificates.crt").read_text() == "host bundle\n"
+    finally:
+        shutil.rmtree(target)

@@ -48,6 +48,7 @@ CERT_DIRS = ("usr", "local", "share", "ca-certificates")
 CERTS = ("etc", "ssl", "certs")  # the system store: without it in the base, there is nothing to add to
 BUNDLE = "ca-certificates.crt"
 _TMP = f".{NAME}.tmp"
+_MAX_BUNDLE = 16 << 20  # Debian's bundle is ~220 KB
 
 
 def subject_hash(ca_dir: Path, ca_pem: bytes) -> str | None:
@@ -174,15 +175,17 @@ def _open_dir(root_fd: int, parts: tuple[str, ...]) -> Iterator[int | None]:
 
 
 def _read_regular(dir_fd: int, name: str) -> tuple[bytes, os.stat_result] | None:
+    """A regular file's content, if it is one of a sane size (the sandbox wrote it: a FIFO, a
+    device or a file of gigabytes is left alone)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BUNDLE:
             return None
-        return f.read(), st
+        return f.read(_MAX_BUNDLE + 1), st
 
 
 def _replace(dir_fd: int, name: str, data: bytes, like: os.stat_result) -> None:
