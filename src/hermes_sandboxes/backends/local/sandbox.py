@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.local import cgroups, client, fileops, paths, protocol
+from hermes_sandboxes.backends.local import cgroups, client, fileops, incarnation, paths, protocol
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     ExecFailed,
@@ -262,14 +262,8 @@ class LocalSandbox(Sandbox):
     def _stop(self) -> None:
         state = paths.read_json(self._run / "init.json")
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
-            cgroups.from_state(state["cgroups"]).kill_all()
+            incarnation.stop(int(state.get("pid", 0)), state.get("start"), cgroups.from_state(state["cgroups"]))
             egress.stop_proxy(state.get("egress"))
-            # An init leaves its cgroup before it has finished dying (as PID 1 it first waits for
-            # the namespace's other processes to be reaped): wait for that too, so "stopped" holds.
-            pid, started = int(state.get("pid", 0)), state.get("start")
-            deadline = time.monotonic() + 10
-            while pid > 0 and paths.process_start_time(pid) == started and time.monotonic() < deadline:
-                time.sleep(0.002)
         (self._run / "init.json").unlink(missing_ok=True)
 
     def _state(self) -> SandboxState:

@@ -1,0 +1,78 @@
+"""Stopping one incarnation of a sandbox (its init and everything it started), fast and whole.
+
+The init is PID 1 of the sandbox's pid namespace. When it dies the kernel kills every other process
+of that namespace (daemons that detached, double-forked or started sessions of their own included,
+and any nested pid namespace) and reports the init dead only once all of them are gone. So one
+SIGKILL through a pidfd and a wait on that pidfd stop the whole tree, without freezing the cgroup
+and polling it (that took 15-20 ms on cgroup v1). The cgroup kill stays as the backstop: nothing is
+put into a sandbox's groups from outside its namespace, but whatever is found there afterwards is
+killed the old way, so "stopped" never depends on that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+
+from hermes_sandboxes.backends.local import cgroups, paths
+from hermes_sandboxes.errors import SandboxError
+
+
+def open_init(pid: int, started: object) -> int | None:
+    """A pidfd of the init recorded as ``pid`` started at ``started``; None if it is gone (or the
+    pid now belongs to another process). Checked after opening: then the descriptor is that init."""
+    if pid <= 0:
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    if paths.process_start_time(pid) != started:
+        os.close(fd)
+        return None
+    return fd
+
+
+def kill_init(pidfd: int) -> None:
+    """Send the init SIGKILL (its namespace dies with it); returns at once."""
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
+def wait_dead(pidfd: int, timeout: float = 10.0) -> None:
+    """Wait until the init has exited, which the kernel allows only once every other process of its
+    namespace has been reaped."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    if not poller.poll(timeout * 1000):
+        raise SandboxError(f"the sandbox's init (pid fd {pidfd}) survived SIGKILL for {timeout:.0f}s")
+
+
+def stop(pid: int, started: object, groups: cgroups.SandboxCgroups) -> None:
+    """Kill the incarnation whose init is ``pid`` and wait until none of its processes is left."""
+    thaw_if_frozen(groups)
+    pidfd = open_init(pid, started)
+    if pidfd is not None:
+        try:
+            kill_init(pidfd)
+            wait_dead(pidfd)
+        finally:
+            os.close(pidfd)
+    clear_groups(groups)
+
+
+def thaw_if_frozen(groups: cgroups.SandboxCgroups) -> None:
+    """Thaw a sandbox left frozen (a checkpoint killed midway): on cgroup v1 a frozen process does
+    not act on SIGKILL until thawed."""
+    with contextlib.suppress(FileNotFoundError):  # the groups are gone: nothing in them to thaw
+        if groups.is_frozen():
+            groups.thaw()
+
+
+def clear_groups(groups: cgroups.SandboxCgroups) -> None:
+    """Kill whatever is still in the sandbox's groups and wait until they are empty (normally
+    nothing is left, so this only looks)."""
+    if groups.exists() and cgroups.procs(groups.group):
+        groups.kill_all()
