@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import textwrap
@@ -89,14 +90,20 @@ def test_a_restore_killed_midway_leaves_the_files_exactly_as_they_were(
     assert sh(sb, "cat /root/state; test -e /etc/issue && echo base-back").stdout == "at-checkpoint\nbase-back\n"
 
 
-def test_a_launcher_started_ahead_does_nothing_when_its_caller_goes_away() -> None:
-    """A restore starts the new init's launcher before it stops the old init; if the restore dies
-    (or gives up) before handing over the configuration, that launcher must simply exit."""
-    ahead = launcher.start_ahead()
-    assert ahead.stdin is not None
-    ahead.stdin.close()  # what the kernel does to the pipe when the restoring process dies
-    assert ahead.wait(30) != 0
-    assert ahead.stderr is not None and b"EOFError" in ahead.stderr.read()
-    ahead.stderr.close()
-    assert ahead.stdout is not None and ahead.stdout.read() == b""  # no init was started
-    ahead.stdout.close()
+def test_a_launcher_whose_caller_goes_away_starts_nothing_and_the_fork_server_ends_with_its_process(
+) -> None:
+    """Every start forks a launcher from the host process's fork server. A launcher whose caller
+    died before handing over the configuration must start nothing, and the server must exit once
+    the process that started it is gone (the kernel closes that process's end of its socket)."""
+    server = launcher.ForkServer()
+    ours, theirs = socket.socketpair()
+    with ours:
+        server.request(theirs)
+        theirs.close()
+        ours.shutdown(socket.SHUT_WR)  # end of file before any configuration, as if its caller died
+        ours.settimeout(30)
+        answer = b"".join(iter(lambda: ours.recv(4096), b""))
+    assert b"no configuration" in answer, answer  # it said why, and reported no init's pid
+    assert server.process.poll() is None  # one launcher's failure does not end the server
+    server.control.close()
+    assert server.process.wait(30) == 0

@@ -1,8 +1,9 @@
 """The sandbox's init: started once per sandbox, PID 1 of its pid namespace, lives until stopped.
 
-The launcher (started by launcher.py, with its configuration on stdin and no host path on its
-command line, which the sandbox can read as /proc/1/cmdline) joins the sandbox's cgroups, creates
-the namespaces, binds the control socket at a host path, and forks the init. The init builds the
+The launcher (forked by the fork server launcher.py keeps, told its configuration over a socket;
+no host path is on the command line it inherits, which the sandbox can read as /proc/1/cmdline)
+joins the sandbox's cgroups, creates the namespaces, binds the control socket at a host path, and
+forks the init. The init builds the
 root filesystem, drops what root inside must not have (capabilities, then a fresh session keyring,
 then the seccomp filter compiled on the host by syscall_filter.py), tells the launcher it is ready
 and serves requests: each ``exec`` forks a child that is placed in its own freezer cgroup
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import marshal
 import os
 import selectors
 import signal
@@ -336,8 +336,9 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     init.serve()
 
 
-def launch(cfg: dict[str, Any]) -> int:
-    """Runs in the launcher process; returns the init's host pid."""
+def launch(cfg: dict[str, Any], close_in_init: tuple[int, ...] = ()) -> int:
+    """Runs in the launcher process (forked by forkserver.py); returns the init's host pid. The
+    init closes ``close_in_init`` first (the launcher's line to the host process)."""
     for path in cfg["cgroups"]:
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write("0")
@@ -359,6 +360,8 @@ def launch(cfg: dict[str, Any]) -> int:
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
+        for fd in close_in_init:
+            os.close(fd)
         try:
             _become_init(cfg, listener, ready_w)
         except BaseException as exc:  # report any failure to the launcher, then die
@@ -376,23 +379,3 @@ def launch(cfg: dict[str, Any]) -> int:
         os.kill(pid, signal.SIGKILL)
         raise RuntimeError(answer.decode(errors="replace") or "init died during set-up")
     return pid
-
-
-def main(cfg: dict[str, Any] | None = None) -> None:
-    """The launcher's entry: the configuration comes from launcher.py (read from stdin there)."""
-    if cfg is None:
-        cfg = marshal.load(sys.stdin.buffer)
-    try:
-        pid = launch(cfg)
-    except Exception as exc:
-        sys.stderr.write(f"{exc}\n")
-        sys.exit(1)
-    sys.stdout.write(f"{pid}\n")
-    sys.stdout.flush()
-    # Gone at once: the caller waits for this process to exit, and the interpreter's clean-up
-    # (finalising modules and objects) took ~10 ms of a restore. Nothing is left to flush.
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

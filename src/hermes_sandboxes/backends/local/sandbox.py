@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import os
 import secrets
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -140,12 +139,11 @@ class LocalSandbox(Sandbox):
             groups.thaw()  # a checkpoint was killed while the sandbox was frozen
         return str(self._socket), groups.freezer
 
-    def _start(self, ahead: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
-        """Start the init (caller holds the lock), with a launcher started ahead if given (see
-        restore, which has then cleaned the store up itself)."""
+    def _start(self, *, store_clean: bool = False) -> dict[str, Any]:
+        """Start the init (caller holds the lock; ``store_clean``: it has just run the store's gc)."""
         store = self._backend.store
         store.ensure()
-        if ahead is None:
+        if not store_clean:
             store.gc(self.name)
         layer = store.layer(self.name)
         if not layer.is_dir():
@@ -172,7 +170,7 @@ class LocalSandbox(Sandbox):
             "cgroups": groups.join_dirs,
             "freezer": str(groups.freezer),
         }
-        pid = launcher.start_init(self.name, config, self._backend.home, ahead)
+        pid = launcher.start_init(self.name, config, self._backend.home)
         state: dict[str, Any] = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
                                  "cgroups": groups.to_state(), "protocol": protocol.VERSION}
         if self.spec.network == "proxy":
@@ -264,6 +262,8 @@ class LocalSandbox(Sandbox):
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
             incarnation.stop(int(state.get("pid", 0)), state.get("start"), cgroups.from_state(state["cgroups"]))
             egress.stop_proxy(state.get("egress"))
+        else:  # no record from this boot, but an init whose starter was killed before writing one may run
+            incarnation.clear_groups(cgroups.for_sandbox(self._backend.home, self.name))
         (self._run / "init.json").unlink(missing_ok=True)
 
     def _state(self) -> SandboxState:
@@ -450,18 +450,10 @@ class LocalSandbox(Sandbox):
             store.ensure()
             self._require_checkpoint(checkpoint_id)
             store.gc(self.name)
-            # The new init's launcher (started ahead: see launcher.take) sets up only when told,
-            # once the copy is in place.
-            ahead = launcher.take()
-            try:
-                staged = store.stage_restore(self.name, checkpoint_id)
-                self._stop()
-                old = store.publish_restore(self.name, checkpoint_id, staged)
-                self._start(ahead)
-            finally:
-                if ahead.poll() is None:  # not used: the restore failed before the start
-                    ahead.kill()
-                ahead.communicate()
+            staged = store.stage_restore(self.name, checkpoint_id)
+            self._stop()
+            old = store.publish_restore(self.name, checkpoint_id, staged)
+            self._start(store_clean=True)
             store.discard(old)  # after the start: the sandbox is usable a few ms sooner
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
