@@ -257,14 +257,18 @@ class LocalSandbox(Sandbox):
         with self._locked():
             self._stop()
 
-    def _stop(self) -> None:
+    def _stop(self, *, hold_mounts: bool = False) -> int | None:
+        """Stop the init; with ``hold_mounts``, return its mount namespace held (see incarnation)."""
         state = paths.read_json(self._run / "init.json")
+        held = None
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
-            incarnation.stop(int(state.get("pid", 0)), state.get("start"), cgroups.from_state(state["cgroups"]))
+            held = incarnation.stop(int(state.get("pid", 0)), state.get("start"),
+                                    cgroups.from_state(state["cgroups"]), hold_mounts=hold_mounts)
             egress.stop_proxy(state.get("egress"))
         else:  # no record from this boot, but an init whose starter was killed before writing one may run
             incarnation.clear_groups(cgroups.for_sandbox(self._backend.home, self.name))
         (self._run / "init.json").unlink(missing_ok=True)
+        return held
 
     def _state(self) -> SandboxState:
         """Running, stopped, or paused while a checkpoint holds it frozen. A sandbox left frozen by a
@@ -451,10 +455,14 @@ class LocalSandbox(Sandbox):
             self._require_checkpoint(checkpoint_id)
             store.gc(self.name)
             staged = store.stage_restore(self.name, checkpoint_id)
-            self._stop()
-            old = store.publish_restore(self.name, checkpoint_id, staged)
-            self._start(store_clean=True)
-            store.discard(old)  # after the start: the sandbox is usable a few ms sooner
+            # the old root's unmount (a sync of the store) is left for later: nobody waits for it
+            held = self._stop(hold_mounts=True)
+            try:
+                old = store.publish_restore(self.name, checkpoint_id, staged)
+                self._start(store_clean=True)
+                store.discard(old)
+            finally:
+                incarnation.release_later(held)  # after the start: the sandbox is usable a few ms sooner
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         with self._locked():
