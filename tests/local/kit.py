@@ -93,6 +93,17 @@ def cgroup_dir(sb: LocalSandbox, controller: str) -> Path:
     return next((d for key, d in dirs.items() if controller in key.split(",")), dirs.get("unified", Path("/none")))
 
 
+def box_dirs(sb: LocalSandbox) -> dict[str, Path]:
+    """The running incarnation's box (its init, and its commands' groups below) per hierarchy."""
+    recorded = init_state(sb)["cgroups"]
+    return {key: Path(d) / recorded.get("box", "box") for key, d in recorded["dirs"].items()}
+
+
+def box_dir(sb: LocalSandbox, controller: str) -> Path:
+    """The running incarnation's box in the hierarchy ``controller`` works in (see cgroup_dir)."""
+    return cgroup_dir(sb, controller) / init_state(sb)["cgroups"].get("box", "box")
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not count)."""
     try:

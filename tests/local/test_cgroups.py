@@ -13,6 +13,8 @@ from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.backends.local.cgroups import hierarchies
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
 from tests.local.kit import (
+    box_dir,
+    box_dirs,
     cgroup_dir,
     cgroup_dirs,
     cgroup_version,
@@ -49,13 +51,14 @@ def test_the_init_and_its_commands_are_in_their_own_group_in_every_hierarchy(san
         mounted = {h.key: h for h in hierarchies.discover()}
         assert set(dirs) == set(mounted)  # every hierarchy mounted on the host, cgroup2 included
         host = _groups_of(1)
-        commands = cgroups.procs(cgroup_dir(sandbox, "freezer") / cgroups.BOX / f"x{proc.exec_id}")
+        boxes = box_dirs(sandbox)
+        commands = cgroups.procs(box_dir(sandbox, "freezer") / f"x{proc.exec_id}")
         assert len(commands) == 1
         for pid in (init_state(sandbox)["pid"], *commands):
             for key, path in _groups_of(pid).items():
                 h = mounted[key]
                 where = h.mount / path.lstrip("/")
-                assert where.is_relative_to(dirs[key] / cgroups.BOX), (key, where)
+                assert where.is_relative_to(boxes[key]), (key, where)
                 assert path != host[key]
     finally:
         proc.kill()
@@ -69,7 +72,7 @@ def test_a_cgroup_mount_in_the_sandboxs_namespace_sees_only_its_box(sandbox: Loc
     sh(sandbox, "true")
     init = init_state(sandbox)["pid"]
     marker = f"hsl-probe-{sandbox.name}"
-    dirs = cgroup_dirs(sandbox)
+    boxes = box_dirs(sandbox)
     with tempfile.TemporaryDirectory(prefix="hsl-cgview-") as view:
         for h in hierarchies.discover():
             script = (f"mount {' '.join(_mount_args(h))} none {view} && "
@@ -80,11 +83,11 @@ def test_a_cgroup_mount_in_the_sandboxs_namespace_sees_only_its_box(sandbox: Loc
             try:
                 assert done.returncode == 0, (h.key, done.stderr)
                 assert not any(n.startswith(cgroups.PARENT_PREFIX) for n in done.stdout.split()), h.key
-                assert (dirs[h.key] / cgroups.BOX / marker).is_dir(), h.key
+                assert (boxes[h.key] / marker).is_dir(), h.key
                 assert not (h.mount / marker).exists() and not (h.own_dir() / marker).exists(), h.key
             finally:
                 with contextlib.suppress(FileNotFoundError):
-                    (dirs[h.key] / cgroups.BOX / marker).rmdir()
+                    (boxes[h.key] / marker).rmdir()
 
 
 ATTACK = r"""
@@ -132,7 +135,7 @@ def test_root_inside_cannot_reach_host_groups_nor_lift_its_limits(local_backend:
                 assert not (h.mount / "hsl-escape").exists(), h.key  # the host's root groups
                 assert not (h.own_dir() / "hsl-escape").exists(), h.key
                 if f"made {h.key}" in result.stdout:  # below the box (in the command's own group)
-                    assert list((dirs[h.key] / cgroups.BOX).rglob("hsl-escape")), h.key
+                    assert list(box_dirs(sb)[h.key].rglob("hsl-escape")), h.key
             assert (cgroup_dir(sb, "pids") / "pids.max").read_text().strip() == "64"
             limit = "memory.max" if cgroup_version(sb) == 2 else "memory.limit_in_bytes"
             assert int((cgroup_dir(sb, "memory") / limit).read_text()) == 256 << 20
@@ -142,6 +145,29 @@ def test_root_inside_cannot_reach_host_groups_nor_lift_its_limits(local_backend:
             for directory in dirs.values():
                 for made in directory.rglob("hsl-escape"):
                     made.rmdir()
+
+
+def test_restores_alternate_the_init_between_two_boxes_under_the_same_limits(local_backend: LocalBackend) -> None:
+    """A restore's new launcher joins the box the old incarnation does not use (while that one is
+    still being killed); the old box is left empty, the limits stay, and the next restore goes back."""
+    with new_sandbox(local_backend, SandboxSpec(limits=Limits(pids=64))) as sb:
+        sh(sb, "nohup sleep 7802 >/dev/null 2>&1 &")
+        checkpoint = sb.checkpoint()
+        first = box_dirs(sb)
+        sb.restore(checkpoint.id)
+        second = box_dirs(sb)
+        mounted = {h.key: h for h in hierarchies.discover()}
+        for key, path in _groups_of(init_state(sb)["pid"]).items():
+            assert (mounted[key].mount / path.lstrip("/")) == second[key], key
+        for key in first:
+            assert second[key] != first[key] and second[key].parent == first[key].parent, key
+            assert cgroups.procs(first[key]) == [], key  # nothing of the old incarnation is left
+        assert (cgroup_dir(sb, "pids") / "pids.max").read_text().strip() == "64"
+        forks = sb.exec(["python3", "-c", FORKS], timeout=60)
+        assert int(forks.stdout) < 64, (forks.stdout, forks.stderr)  # the limit holds in the new box
+        sb.restore(checkpoint.id)
+        assert box_dirs(sb) == first
+        assert sh(sb, "echo back").stdout == "back\n"
 
 
 def test_the_shared_parent_carries_a_ceiling_for_all_sandboxes_together(sandbox: LocalSandbox) -> None:

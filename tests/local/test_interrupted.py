@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups, launcher
-from tests.local.kit import PYTHON, cgroup_dir, manifest, sh, wait_for, without_inodes
+from tests.local.kit import PYTHON, cgroup_dir, init_state, manifest, pid_alive, sh, wait_for, without_inodes
 
 
 def _killed_at(point: str, sb: LocalSandbox, operation: str, check_paused: object = None) -> None:
@@ -107,3 +107,27 @@ def test_a_launcher_whose_caller_goes_away_starts_nothing_and_the_fork_server_en
     assert server.process.poll() is None  # one launcher's failure does not end the server
     server.control.close()
     assert server.process.wait(30) == 0
+
+
+def test_an_init_whose_starter_was_killed_before_recording_it_is_killed_by_the_next_start(
+        sb: LocalSandbox) -> None:
+    """The init runs, but the process that started it died before writing its record: nothing
+    knows that init, so the next command must not leave it running beside the one it starts."""
+    sb.stop()
+    groups = cgroups.for_sandbox(sb.backend.home, sb.name)
+    found: list[int] = []
+
+    def the_unrecorded_init() -> list[int]:
+        return [p for box in cgroups.BOXES for p in cgroups.procs(groups.with_box(box).freezer)]
+
+    def running_unrecorded() -> None:  # its launcher leaves the box as it exits: the init stays
+        wait_for(lambda: len(the_unrecorded_init()) == 1, "the launcher to exit")
+        found.extend(the_unrecorded_init())
+
+    _killed_at("start-unrecorded", sb, "sb.exec(['true'])", running_unrecorded)
+    [orphan] = found
+    assert pid_alive(orphan)
+    assert sh(sb, "echo works").stdout == "works\n"
+    assert not pid_alive(orphan)
+    assert the_unrecorded_init() == [init_state(sb)["pid"]]  # only the init that is known runs
+

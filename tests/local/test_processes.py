@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.backends.local.client import LocalProcess
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import SandboxSpec
-from tests.local.kit import cgroup_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
+from tests.local.kit import box_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +181,7 @@ def test_killing_a_finished_process_is_harmless(sb: LocalSandbox) -> None:
 def test_many_commands_leave_no_cgroup_or_descriptor_behind(local_backend: LocalBackend) -> None:
     with new_sandbox(local_backend) as fresh:
         sh(fresh, "true")
-        freezer = cgroup_dir(fresh, "freezer") / cgroups.BOX  # where each command gets its group
+        freezer = box_dir(fresh, "freezer")  # where each command gets its group
         fds_before = len(os.listdir("/proc/self/fd"))
         for i in range(40):
             assert fresh.exec(f"echo {i}").stdout == f"{i}\n"

@@ -2,11 +2,14 @@
 
 launcher.py starts it once per host process, with one end of a SOCK_SEQPACKET socket pair as its
 stdin. Each request is one packet carrying (SCM_RIGHTS) a stream socket of the requester's own. The
-server forks; the child, the launcher, reads the configuration from that socket until end-of-file,
-starts the init (init.launch) and answers on the same socket with the init's host pid or with what
-went wrong, then exits. The server reads nothing else, holds nothing of any sandbox, and exits when
-the requester's end of its stdin closes (the host process ended). A fork costs ~1 ms where a fresh
-interpreter costs ~30 ms (far more on a busy machine).
+server forks; the child, the launcher, reads two marshalled messages from that socket: the groups
+to join, the network and what to hide (it joins them, makes the namespaces and lists the other
+stores and loop images to hide at once: init.prepare, masks.hidden_from_sandboxes), then the rest
+of the configuration (init.launch); it answers on the same socket with the init's host pid or
+with what went wrong, then exits. A caller gets the launcher going before it knows the rest (a
+restore: while it stages the copy and stops the old init). The server reads nothing else, holds
+nothing of any sandbox, and exits when the requester's end of its stdin closes (the host process
+ended). A fork costs ~1 ms where a fresh interpreter costs ~30 ms (far more on a busy machine).
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ import marshal
 import os
 import signal
 import socket
+from pathlib import Path
 
-from hermes_sandboxes.backends.local import init
+from hermes_sandboxes.backends.local import init, masks
+
+TYPE_CHECKING = False  # typing is not imported at run time (see init)
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 _SETUP_TIMEOUT_S = 60  # a launcher whose init never gets ready dies (SIGALRM) rather than hang on
 
@@ -53,9 +61,12 @@ def _launcher(control: socket.socket, fd: int) -> None:
         os.dup2(devnull, 0)
         os.close(devnull)
         control.detach()
-        with socket.socket(fileno=fd) as conn:
+        with socket.socket(fileno=fd) as conn, conn.makefile("rb") as messages:
             try:
-                cfg = marshal.loads(_read_all(conn))
+                first = _message(messages)
+                init.prepare(first)
+                hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
+                cfg = {**_message(messages), "hide": hide}
                 answer = f"{init.launch(cfg, close_in_init=(fd,))}\n".encode()
             except Exception as exc:
                 answer = f"{exc}".encode() or type(exc).__name__.encode()
@@ -64,10 +75,11 @@ def _launcher(control: socket.socket, fd: int) -> None:
         os._exit(0)
 
 
-def _read_all(conn: socket.socket) -> bytes:
-    chunks = []
-    while chunk := conn.recv(1 << 16):
-        chunks.append(chunk)
-    if not chunks:
-        raise EOFError("no configuration: the requester went away")
-    return b"".join(chunks)
+def _message(messages: BinaryIO) -> dict[str, Any]:
+    try:
+        message = marshal.load(messages)
+    except EOFError:
+        raise EOFError("no configuration: the requester went away") from None
+    if not isinstance(message, dict):
+        raise ValueError("malformed configuration")
+    return message

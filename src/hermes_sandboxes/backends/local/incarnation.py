@@ -6,7 +6,9 @@ and any nested pid namespace) and reports the init dead only once all of them ar
 SIGKILL through a pidfd and a wait on that pidfd stop the whole tree, without freezing the cgroup
 and polling it (that took 15-20 ms on cgroup v1). The cgroup kill stays as the backstop: nothing is
 put into a sandbox's groups from outside its namespace, but whatever is found there afterwards is
-killed the old way, so "stopped" never depends on that.
+killed the old way, so "stopped" never depends on that. Consecutive incarnations use alternate
+cgroup boxes (see cgroups.base): stopping one kills what is in its box only, never a new
+incarnation's already starting in the other.
 
 The last process to leave the sandbox's mount namespace unmounts its overlay root, and an overlay's
 unmount syncs the filesystem under it: the whole store, ~10 ms and more on a busy store, inside the
@@ -18,9 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import signal
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 from hermes_sandboxes.backends.local import cgroups, paths
 from hermes_sandboxes.errors import SandboxError
@@ -57,8 +62,9 @@ def wait_dead(pidfd: int, timeout: float = 10.0) -> None:
 
 
 def stop(pid: int, started: object, groups: cgroups.SandboxCgroups, *, hold_mounts: bool = False) -> int | None:
-    """Kill the incarnation whose init is ``pid`` and wait until none of its processes is left.
-    With ``hold_mounts``, returns a descriptor of its mount namespace (or None) for release_later."""
+    """Kill the incarnation whose init is ``pid`` (its box: ``groups``) and wait until none of its
+    processes is left. With ``hold_mounts``, returns a descriptor of its mount namespace (or None)
+    for release_later."""
     thaw_if_frozen(groups)
     pidfd = open_init(pid, started)
     held = None
@@ -87,11 +93,32 @@ def _mount_namespace(pid: int, pidfd: int) -> int | None:
 
 
 def release_later(fd: int | None) -> None:
-    """Let go of a held mount namespace on a thread of its own: closing it unmounts the old root
+    """Let go of a held mount namespace on the background thread: closing it unmounts the old root
     and syncs the store, which nobody needs to wait for (if this process exits first, the kernel
     closes it then)."""
     if fd is not None:
-        threading.Thread(target=os.close, args=(fd,), name="hermes-sandboxes-release", daemon=True).start()
+        _later(lambda: os.close(fd))
+
+
+# One long-lived background thread per process for the work above: starting a thread per restore
+# cost up to milliseconds on a busy machine.
+_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_worker: threading.Thread | None = None
+_worker_lock = threading.Lock()
+
+
+def _later(job: Callable[[], None]) -> None:
+    global _worker
+    _jobs.put(job)
+    with _worker_lock:
+        if _worker is None:
+            _worker = threading.Thread(target=_work_forever, name="hermes-sandboxes-background", daemon=True)
+            _worker.start()
+
+
+def _work_forever() -> None:
+    while True:
+        _jobs.get()()
 
 
 def thaw_if_frozen(groups: cgroups.SandboxCgroups) -> None:
@@ -103,7 +130,29 @@ def thaw_if_frozen(groups: cgroups.SandboxCgroups) -> None:
 
 
 def clear_groups(groups: cgroups.SandboxCgroups) -> None:
-    """Kill whatever is still in the sandbox's groups and wait until they are empty (normally
-    nothing is left, so this only looks)."""
-    if groups.exists() and cgroups.procs(groups.group):
-        groups.kill_all()
+    """Kill whatever is still in the incarnation's box and wait until it is empty (normally nothing
+    is left, so this only looks)."""
+    if cgroups.procs(groups.freezer):
+        cgroups.kill_group(groups.freezer, reaped=False)
+
+
+def clear_others(groups: cgroups.SandboxCgroups, keep: str | None = None) -> None:
+    """Kill what runs in any box of the sandbox but ``keep`` (normally nothing: an init whose
+    starter was killed before recording it)."""
+    for box in cgroups.BOXES:
+        if box != keep:
+            clear_groups(groups.with_box(box))
+
+
+def prune_later(groups: cgroups.SandboxCgroups) -> None:
+    """Remove the commands' groups a stopped incarnation left in its box, on the background thread
+    (removing a cgroup took milliseconds each on a busy host; nothing waits for these)."""
+    leftovers = groups.leftovers()
+    if leftovers:
+        _later(lambda: _remove(leftovers))
+
+
+def _remove(groups: list[Path]) -> None:
+    for group in groups:
+        with contextlib.suppress(OSError):  # in use again, or gone already: a later stop tries again
+            cgroups.remove_tree(group)

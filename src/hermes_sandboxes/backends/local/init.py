@@ -336,9 +336,9 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     init.serve()
 
 
-def launch(cfg: dict[str, Any], close_in_init: tuple[int, ...] = ()) -> int:
-    """Runs in the launcher process (forked by forkserver.py); returns the init's host pid. The
-    init closes ``close_in_init`` first (the launcher's line to the host process)."""
+def prepare(cfg: dict[str, Any]) -> None:
+    """The launcher's first step, which needs nothing of the sandbox's files: join the groups of
+    the new incarnation (``cgroups``) and make the namespaces (``network`` says whether its own)."""
     for path in cfg["cgroups"]:
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write("0")
@@ -349,6 +349,11 @@ def launch(cfg: dict[str, Any], close_in_init: tuple[int, ...] = ()) -> int:
     if cfg["network"] != "host":
         flags |= sc.CLONE_NEWNET
     sc.unshare(flags)
+
+
+def launch(cfg: dict[str, Any], close_in_init: tuple[int, ...] = ()) -> int:
+    """The launcher's second step (after prepare): returns the init's host pid once it is ready.
+    The init closes ``close_in_init`` first (the launcher's line to the host process)."""
     if os.path.lexists(cfg["socket"]):
         os.unlink(cfg["socket"])
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

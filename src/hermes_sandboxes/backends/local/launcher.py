@@ -3,8 +3,8 @@
 The configuration travels on a socket, never on a command line: the init inherits its launcher's
 command line, and the sandbox reads it as /proc/1/cmdline. So the command line is a fixed,
 path-free bootstrap (``argv[0]`` is a name, not the interpreter's host path). To the caller's
-configuration this adds the security parts every init gets: the compiled seccomp filter and the
-paths of other sandbox stores (and loop images) to hide.
+configuration this adds the security parts every init gets: the compiled seccomp filter here, and
+the paths of other sandbox stores (and loop images) to hide, which the launcher lists itself.
 
 Starting Python and importing the init costs ~30 ms, far more on a busy machine; a start (a restore
 above all) that waited for a fresh interpreter, or for one started ahead that was not ready yet,
@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hermes_sandboxes.backends.local import masks, syscall_filter
+from hermes_sandboxes.backends.local import syscall_filter
 from hermes_sandboxes.errors import SandboxError
 
 _INIT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -85,27 +85,46 @@ def _request(conn: socket.socket) -> None:
                     raise
 
 
-def start_init(name: str, config: dict[str, Any], store_home: Path) -> int:
-    """Start the init of sandbox ``name``; returns its host pid once it serves requests."""
-    full = {**config, "package": _PACKAGE_PARENT, "seccomp": syscall_filter.compiled(),
-            "hide": masks.hidden_from_sandboxes(store_home) if config["lower"] == "/" else []}
-    ours, theirs = socket.socketpair()
-    with ours:
+class Launch:
+    """One init being started. The launcher is forked at once and told the groups, the network and
+    the store: it joins those groups, makes the namespaces (a cgroup migration waits for the kernel,
+    ~5-10 ms on v1) and lists what to hide (reading every loop device: milliseconds) while the caller
+    gets the rest ready; finish() hands it the rest and waits for the init. A launch dropped
+    unfinished (close(), or this process dying) starts nothing."""
+
+    def __init__(self, name: str, join_dirs: list[str], network: str, store_home: Path, lower: str) -> None:
+        self.name = name
+        self._conn, theirs = socket.socketpair()
         try:
             _request(theirs)
+            self._conn.sendall(marshal.dumps({"cgroups": join_dirs, "network": network,
+                                              "store_home": str(store_home), "lower": lower}))
+        except BaseException:
+            self._conn.close()
+            raise
         finally:
             theirs.close()
-        ours.sendall(marshal.dumps(full))
-        ours.shutdown(socket.SHUT_WR)
-        ours.settimeout(_REPLY_TIMEOUT_S)
-        answer = bytearray()
-        try:
-            while chunk := ours.recv(4096):
-                answer += chunk
-        except TimeoutError:
-            raise SandboxError(f"sandbox {name} failed to start: its init was not ready in "
-                               f"{_REPLY_TIMEOUT_S} s (see {config['log']})") from None
-    text = answer.decode(errors="replace").strip()
-    if not text.isdigit():
-        raise SandboxError(f"sandbox {name} failed to start: {text or 'its launcher died'} (see {config['log']})")
-    return int(text)
+
+    def finish(self, config: dict[str, Any]) -> int:
+        """Start the init with ``config``; returns its host pid once it serves requests."""
+        full = {**config, "package": _PACKAGE_PARENT, "seccomp": syscall_filter.compiled()}
+        with self._conn as conn:
+            conn.sendall(marshal.dumps(full))
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(_REPLY_TIMEOUT_S)
+            answer = bytearray()
+            try:
+                while chunk := conn.recv(4096):
+                    answer += chunk
+            except TimeoutError:
+                raise SandboxError(f"sandbox {self.name} failed to start: its init was not ready in "
+                                   f"{_REPLY_TIMEOUT_S} s (see {config['log']})") from None
+        text = answer.decode(errors="replace").strip()
+        if not text.isdigit():
+            raise SandboxError(f"sandbox {self.name} failed to start: {text or 'its launcher died'} "
+                               f"(see {config['log']})")
+        return int(text)
+
+    def close(self) -> None:
+        """Give up on this launch if it is not finished (the launcher then exits)."""
+        self._conn.close()

@@ -139,8 +139,29 @@ class LocalSandbox(Sandbox):
             groups.thaw()  # a checkpoint was killed while the sandbox was frozen
         return str(self._socket), groups.freezer
 
-    def _start(self, *, store_clean: bool = False) -> dict[str, Any]:
-        """Start the init (caller holds the lock; ``store_clean``: it has just run the store's gc)."""
+    def _prepare_start(self, current: cgroups.SandboxCgroups | None = None,
+                       ) -> tuple[cgroups.SandboxCgroups, launcher.Launch]:
+        """The next incarnation's groups (the box ``current``'s incarnation does not use) and its
+        launcher, already joining them."""
+        base = current or cgroups.for_sandbox(self._backend.home, self.name)
+        groups = base.with_box(cgroups.next_box(current.box if current else None))
+        groups.create(self._backend.effective_limits(self.spec.limits))
+        incarnation.thaw_if_frozen(groups)  # left frozen by a checkpoint killed midway: the launcher would stop
+        incarnation.clear_groups(groups)  # the launcher joins an empty box (a start cut short may have left one)
+        return groups, launcher.Launch(self.name, groups.join_dirs, self.spec.network, self._backend.home,
+                                       self.base or "/")
+
+    def _recorded_groups(self) -> cgroups.SandboxCgroups | None:
+        """The groups of the incarnation init.json records for this boot (running or not)."""
+        state = paths.read_json(self._run / "init.json")
+        if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
+            return cgroups.from_state(state["cgroups"])
+        return None
+
+    def _start(self, *, store_clean: bool = False,
+               prepared: tuple[cgroups.SandboxCgroups, launcher.Launch] | None = None) -> dict[str, Any]:
+        """Start the init (caller holds the lock; ``store_clean``: it has just run the store's gc;
+        ``prepared``: what _prepare_start gave it, else made here)."""
         store = self._backend.store
         store.ensure()
         if not store_clean:
@@ -148,29 +169,18 @@ class LocalSandbox(Sandbox):
         layer = store.layer(self.name)
         if not layer.is_dir():
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
-        lower = self.base or "/"
         self.apply_masks()  # again: masks added to the settings since creation take effect now
         store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
-        groups = self._cgroups = cgroups.for_sandbox(self._backend.home, self.name)
-        groups.create(self._backend.effective_limits(self.spec.limits))
         self._run.mkdir(parents=True, exist_ok=True)
         (self._run / "root").mkdir(exist_ok=True)
         self._socket.parent.mkdir(mode=0o700, exist_ok=True)
-        config = {
-            "name": self.name,
-            "hostname": self.name,
-            "lower": lower,
-            "upper": str(layer / "upper"),
-            "work": str(layer / "work"),
-            "merged": str(self._run / "root"),
-            "socket": str(self._socket),
-            "log": str(self._run / "init.log"),
-            "network": self.spec.network,
-            "trust": self._trust_layer(layer / "upper", lower),
-            "cgroups": groups.join_dirs,
-            "freezer": str(groups.freezer),
-        }
-        pid = launcher.start_init(self.name, config, self._backend.home)
+        groups, launch = prepared or self._prepare_start()
+        self._cgroups = groups
+        try:
+            pid = launch.finish(self._init_config(layer, groups))
+        finally:
+            launch.close()
+        storage._test_pause("start-unrecorded")
         state: dict[str, Any] = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
                                  "cgroups": groups.to_state(), "protocol": protocol.VERSION}
         if self.spec.network == "proxy":
@@ -189,6 +199,22 @@ class LocalSandbox(Sandbox):
         backend = self._backend
         return trust.prepare(upper=upper, lower=Path(lower), ca_dir=backend.home / "egress-ca",
                              brokering=bool(backend.credentials))
+
+    def _init_config(self, layer: Path, groups: cgroups.SandboxCgroups) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "hostname": self.name,
+            "lower": self.base or "/",
+            "upper": str(layer / "upper"),
+            "work": str(layer / "work"),
+            "merged": str(self._run / "root"),
+            "socket": str(self._socket),
+            "log": str(self._run / "init.log"),
+            "network": self.spec.network,
+            "trust": self._trust_layer(layer / "upper", self.base or "/"),
+            "cgroups": groups.join_dirs,
+            "freezer": str(groups.freezer),
+        }
 
     def _start_proxy(self, init_pid: int) -> dict[str, Any]:
         backend = self._backend
@@ -257,16 +283,19 @@ class LocalSandbox(Sandbox):
         with self._locked():
             self._stop()
 
-    def _stop(self, *, hold_mounts: bool = False) -> int | None:
-        """Stop the init; with ``hold_mounts``, return its mount namespace held (see incarnation)."""
+    def _stop(self, *, hold_mounts: bool = False, keep: str | None = None) -> int | None:
+        """Stop the init, and whatever runs in the other box unless it is ``keep`` (a restore's new
+        incarnation); with ``hold_mounts``, return its mount namespace held (see incarnation)."""
         state = paths.read_json(self._run / "init.json")
-        held = None
+        held, recorded = None, None
         if isinstance(state, dict) and state.get("boot") == paths.boot_id() and state.get("cgroups"):
-            held = incarnation.stop(int(state.get("pid", 0)), state.get("start"),
-                                    cgroups.from_state(state["cgroups"]), hold_mounts=hold_mounts)
+            recorded = cgroups.from_state(state["cgroups"])
+            held = incarnation.stop(int(state.get("pid", 0)), state.get("start"), recorded,
+                                    hold_mounts=hold_mounts)
             egress.stop_proxy(state.get("egress"))
-        else:  # no record from this boot, but an init whose starter was killed before writing one may run
-            incarnation.clear_groups(cgroups.for_sandbox(self._backend.home, self.name))
+            incarnation.prune_later(recorded)
+        # without a record from this boot an init may still run (its starter killed before writing one)
+        incarnation.clear_others(recorded or cgroups.for_sandbox(self._backend.home, self.name), keep)
         (self._run / "init.json").unlink(missing_ok=True)
         return held
 
@@ -454,15 +483,21 @@ class LocalSandbox(Sandbox):
             store.ensure()
             self._require_checkpoint(checkpoint_id)
             store.gc(self.name)
-            staged = store.stage_restore(self.name, checkpoint_id)
-            # the old root's unmount (a sync of the store) is left for later: nobody waits for it
-            held = self._stop(hold_mounts=True)
+            # The new incarnation's launcher joins its groups while the copy is staged and the old
+            # incarnation stops; it sets up the sandbox only once the copy is in place.
+            groups, launch = prepared = self._prepare_start(self._recorded_groups())
             try:
-                old = store.publish_restore(self.name, checkpoint_id, staged)
-                self._start(store_clean=True)
-                store.discard(old)
+                staged = store.stage_restore(self.name, checkpoint_id)
+                # the old root's unmount (a sync of the store) is left for later: nobody waits for it
+                held = self._stop(hold_mounts=True, keep=groups.box)
+                try:
+                    old = store.publish_restore(self.name, checkpoint_id, staged)
+                    self._start(store_clean=True, prepared=prepared)
+                    store.discard(old)
+                finally:
+                    incarnation.release_later(held)
             finally:
-                incarnation.release_later(held)  # after the start: the sandbox is usable a few ms sooner
+                launch.close()  # after the start: the sandbox is usable a few ms sooner
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         with self._locked():

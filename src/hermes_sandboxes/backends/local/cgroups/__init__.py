@@ -15,20 +15,23 @@ from typing import Any
 from hermes_sandboxes.backends.local.cgroups import hierarchies
 from hermes_sandboxes.backends.local.cgroups.base import (
     BOX,
+    BOXES,
     PARENT_PREFIX,
     SandboxCgroups,
     ceiling,
+    next_box,
     store_dir_name,
 )
-from hermes_sandboxes.backends.local.cgroups.groupfs import freeze, is_frozen, kill_group, procs, thaw
+from hermes_sandboxes.backends.local.cgroups.groupfs import freeze, is_frozen, kill_group, procs, remove_tree, thaw
 from hermes_sandboxes.backends.local.cgroups.hierarchies import UNIFIED, Hierarchy
 from hermes_sandboxes.backends.local.cgroups.v1 import V1Cgroups
 from hermes_sandboxes.backends.local.cgroups.v2 import LIMIT_CONTROLLERS, V2Cgroups
 from hermes_sandboxes.errors import BackendUnavailable
 
 __all__ = [
-    "BOX", "LIMIT_CONTROLLERS", "PARENT_PREFIX", "Probe", "SandboxCgroups", "ceiling", "for_sandbox", "freeze",
-    "from_state", "is_frozen", "kill_group", "probe", "procs", "store_dir_name", "store_groups", "thaw",
+    "BOX", "BOXES", "LIMIT_CONTROLLERS", "PARENT_PREFIX", "Probe", "SandboxCgroups", "ceiling", "for_sandbox",
+    "freeze", "from_state", "is_frozen", "kill_group", "next_box", "probe", "procs", "remove_tree",
+    "store_dir_name", "store_groups", "thaw",
 ]
 
 _V2_FREEZE = (5, 2)  # cgroup.freeze
@@ -127,7 +130,8 @@ def for_sandbox(home: Path, name: str) -> SandboxCgroups:
 def from_state(state: Any) -> SandboxCgroups:
     """The groups recorded for a running init (``SandboxCgroups.to_state``)."""
     if isinstance(state, dict) and "version" in state:
-        return V2Cgroups(state["dirs"]) if state["version"] == 2 else V1Cgroups(state["dirs"])
+        box = str(state.get("box") or BOX)
+        return V2Cgroups(state["dirs"], box) if state["version"] == 2 else V1Cgroups(state["dirs"], box)
     return V1Cgroups(state)  # recorded by an older version: v1 controller -> directory
 
 

@@ -4,12 +4,18 @@ Layout, in every hierarchy the version uses::
 
     <base>/hermes-sandboxes-<store digest>/     shared by a store's sandboxes: the ceiling of all of them
     <base>/hermes-sandboxes-<store digest>/<name>/       the sandbox: its limits
-    <base>/hermes-sandboxes-<store digest>/<name>/box/   its init, and below it x<exec id> per command
+    <base>/hermes-sandboxes-<store digest>/<name>/box/    an incarnation: its init, and below it
+                                                          x<exec id> per command
+    <base>/hermes-sandboxes-<store digest>/<name>/box2/   the next incarnation (they alternate)
 
 The store digest keeps two stores' sandboxes of the same name apart. Processes live one level
-below the group that carries the limits: the init starts a cgroup namespace rooted at ``box``, so
-whatever root inside could ever write through a cgroup mount of its own stays under ``box`` and
-never reaches the limits (nor any group of the host).
+below the group that carries the limits: the init starts a cgroup namespace rooted at its box, so
+whatever root inside could ever write through a cgroup mount of its own stays under that box and
+never reaches the limits (nor any group of the host). Each start of the init (an incarnation) uses
+the box the one before did not: a restore's new launcher joins its box while the old incarnation,
+in the other box under the same limits, is still being killed (a join waits for the kernel, ~5-10 ms
+on v1). Two boxes that stay, rather than one made and removed per start: creating and removing
+cgroups in every hierarchy cost tens of milliseconds on a busy host.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ from hermes_sandboxes.sandbox import Limits
 PARENT_PREFIX = "hermes-sandboxes-"
 BOX = "box"
 CPU_PERIOD_US = 100_000
+
+
+BOXES = (BOX, f"{BOX}2")
+
+
+def next_box(current: str | None) -> str:
+    """The box the incarnation after the one in ``current`` (None: no incarnation) uses."""
+    return BOXES[1] if current == BOXES[0] else BOXES[0]
 
 
 def store_dir_name(home: Path) -> str:
@@ -56,16 +70,22 @@ def _read_int(path: str, default: int) -> int:
 
 
 class SandboxCgroups(ABC):
-    """One sandbox's groups: ``dirs`` maps each hierarchy used to the sandbox's own group in it."""
+    """One sandbox's groups: ``dirs`` maps each hierarchy used to the sandbox's own group in it;
+    ``box`` names the box (below each of them) of one incarnation."""
 
     version: int = 0
     freezer_key: str = ""  # the hierarchy whose groups freeze and kill
 
-    def __init__(self, dirs: Mapping[str, str]) -> None:
+    def __init__(self, dirs: Mapping[str, str], box: str = BOX) -> None:
         self.dirs = dict(dirs)
+        self.box = box
 
     def to_state(self) -> dict[str, Any]:
-        return {"version": self.version, "dirs": dict(self.dirs)}
+        return {"version": self.version, "dirs": dict(self.dirs), "box": self.box}
+
+    def with_box(self, box: str) -> SandboxCgroups:
+        """The same sandbox's groups, for the incarnation whose box is ``box``."""
+        return type(self)(self.dirs, box)
 
     @property
     def group(self) -> Path:
@@ -75,12 +95,21 @@ class SandboxCgroups(ABC):
     @property
     def freezer(self) -> Path:
         """Where the init lives; each command gets a child group ``x<exec id>`` here."""
-        return self.group / BOX
+        return self.group / self.box
 
     @property
     def join_dirs(self) -> list[str]:
         """The groups the launcher moves itself into (so the init is born inside them)."""
-        return [os.path.join(d, BOX) for d in self.dirs.values()]
+        return [os.path.join(d, self.box) for d in self.dirs.values()]
+
+    def leftovers(self) -> list[Path]:
+        """The commands' groups left in this box (of an incarnation killed while they ran), in every
+        hierarchy: empty once it is stopped, to be removed."""
+        found = []
+        for directory in self.dirs.values():
+            with contextlib.suppress(FileNotFoundError):
+                found += [Path(e.path) for e in os.scandir(Path(directory) / self.box) if e.is_dir()]
+        return found
 
     # set-up ---------------------------------------------------------------------------------------
     def create(self, limits: Limits) -> None:
@@ -98,7 +127,7 @@ class SandboxCgroups(ABC):
     def _create_groups(self) -> None:
         for key, directory in self.dirs.items():
             sandbox = Path(directory)
-            for level, group in (("parent", sandbox.parent), ("sandbox", sandbox), ("box", sandbox / BOX)):
+            for level, group in (("parent", sandbox.parent), ("sandbox", sandbox), ("box", sandbox / self.box)):
                 with contextlib.suppress(FileExistsError):
                     group.mkdir()
                 self._prepare(key, group, level)

@@ -158,10 +158,12 @@ def _kill_v2(group: Path, timeout: float, killed: set[int]) -> None:
 
 def remove_tree(group: Path) -> None:
     """Remove ``group`` and its descendants (deepest first); they must hold no process."""
-    if not group.is_dir():
+    try:  # the directory entries' types say which are groups: no stat of every control file
+        children = sorted((e.path for e in os.scandir(group) if e.is_dir(follow_symlinks=False)), reverse=True)
+    except FileNotFoundError:
         return
-    for child in sorted((p for p in group.iterdir() if p.is_dir()), reverse=True):
-        remove_tree(child)
+    for child in children:
+        remove_tree(Path(child))
     deadline = time.monotonic() + 5
     while True:
         try:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.cgroups import groupfs
-from hermes_sandboxes.backends.local.cgroups.base import CPU_PERIOD_US, SandboxCgroups, count_in
+from hermes_sandboxes.backends.local.cgroups.base import BOX, CPU_PERIOD_US, SandboxCgroups, count_in
 from hermes_sandboxes.sandbox import Limits
 
 
@@ -25,8 +25,8 @@ def _key_with(level: Mapping[str, Path], controller: str) -> Path | None:
 class V1Cgroups(SandboxCgroups):
     version = 1
 
-    def __init__(self, dirs: Mapping[str, str]) -> None:
-        super().__init__(dirs)
+    def __init__(self, dirs: Mapping[str, str], box: str = BOX) -> None:
+        super().__init__(dirs, box)
         self.freezer_key = next(k for k in self.dirs if "freezer" in k.split(","))
 
     def _prepare(self, key: str, group: Path, level: str) -> None:
