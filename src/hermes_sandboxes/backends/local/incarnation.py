@@ -118,7 +118,19 @@ def _later(job: Callable[[], None]) -> None:
 
 def _work_forever() -> None:
     while True:
-        _jobs.get()()
+        job = _jobs.get()
+        with contextlib.suppress(Exception):  # best effort: the next stop or destroy tries again
+            job()
+
+
+def settle(timeout: float = 30.0) -> None:
+    """Wait until the background work queued so far is done. Before a sandbox or its store goes:
+    a held mount namespace keeps the store's filesystem (and its loop device) alive."""
+    if _worker is None:
+        return
+    done = threading.Event()
+    _later(done.set)
+    done.wait(timeout)
 
 
 def thaw_if_frozen(groups: cgroups.SandboxCgroups) -> None:

@@ -555,6 +555,7 @@ class LocalSandbox(Sandbox):
             self._meta_file.unlink(missing_ok=True)  # from here on the sandbox no longer exists
             groups = self._groups()  # the recorded ones, read before _stop forgets them
             self._stop()
+            incarnation.settle()  # an earlier restore's old root, still being let go of
             groups.remove()
             self._backend.store.ensure()
             self._backend.store.remove_sandbox(self.name)

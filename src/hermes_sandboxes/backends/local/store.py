@@ -316,6 +316,9 @@ class BtrfsStore(Store):
             self.root.mkdir(mode=0o700, exist_ok=True)
 
     def unmount(self) -> None:
+        from hermes_sandboxes.backends.local import incarnation
+
+        incarnation.settle()  # a restore's old root still held would keep the filesystem mounted
         if self.is_mounted():
             _run(["umount", str(self.mountpoint)], f"unmounting {self.mountpoint}")
 
