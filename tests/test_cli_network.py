@@ -73,7 +73,7 @@ def test_bad_changes_are_one_line_errors_that_change_nothing(home: Path, proxied
                                                               box: LocalSandbox) -> None:
     name = proxied.name
     for args, says in ((("allow", name, "not a host!"), "not a host name"),
-                       (("deny", name, "example.com"), "has no entry example.com"),
+                       (("deny", name, "example.com"), "allow-list has no entry example.com"),
                        (("allow", box.name, "pypi.org"), "has network 'none'"),
                        (("show", "no-such-sandbox"), "no sandbox named no-such-sandbox")):
         assert_one_line_error(hs(home, "network", *args), exit_code=1, says=says)

@@ -109,3 +109,25 @@ def test_settings_take_brokered_credentials_by_source_never_by_value() -> None:
                      ({"brokered": {"T": {"hosts": ["a.com"], "file": "token.txt"}}}, "absolute")):
         with pytest.raises(InvalidSettings, match=why):
             backends.validate("local", bad, where="cfg")
+
+
+def test_the_ca_goes_into_a_bundle_once_and_comes_out_however_often_it_was_added() -> None:
+    from hermes_sandboxes.backends.local.trust import with_ca, without_ca
+
+    ca = b"-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n"
+    other = b"-----BEGIN CERTIFICATE-----\nREVG\n-----END CERTIFICATE-----\n"
+    added = with_ca(other, ca)
+    assert added == other + ca and with_ca(added, ca) == added
+    assert with_ca(b"", ca) == ca and with_ca(other.rstrip(b"\n"), ca) == other + ca
+    assert without_ca(added + ca, ca) == other  # update-ca-certificates may have added it again
+    assert without_ca(other, ca) == other
+
+
+def test_an_edited_list_keeps_its_order_adds_once_and_refuses_to_remove_what_it_lacks() -> None:
+    from hermes_sandboxes.egress.policy import edited
+
+    assert edited(["@pypi", "a.example"], add=[" A.example ", "b.example", "b.example"]) == [
+        "@pypi", "a.example", "b.example"]
+    assert edited(["@pypi", "a.example"], remove=["A.EXAMPLE"], add=["a.example:8080"]) == ["@pypi", "a.example:8080"]
+    with pytest.raises(InvalidInput, match=r"no entry c\.example .*holds: @pypi"):
+        edited(["@pypi"], remove=["c.example"])

@@ -580,6 +580,27 @@ class RecordedSandbox:
                                  previous=None if previous is None else tuple(previous)))
         return entries
 
+    def change_allow(self, *, replace: Sequence[str] | None = None, add: Sequence[str] = (),
+                     remove: Sequence[str] = ()) -> tuple[str, ...]:
+        """The egress allow-list replaced by ``replace``, or the current one with ``add`` and without
+        ``remove`` (``policy.edited``), set and recorded as ``set_allow`` does; returns the new list.
+        Unsupported where the backend has no allow-list, InvalidInput for a sandbox whose network is
+        not "proxy" (chosen at creation) or an entry to remove that the list does not hold."""
+        from hermes_sandboxes.egress.policy import edited  # only when a list changes
+
+        backend = self._inner.backend
+        if Capability.EGRESS_ALLOWLIST not in backend.capabilities:
+            raise Unsupported(f"the {backend.name} backend has no egress allow-list to change (network 'proxy')")
+        spec = self._inner.info().spec
+        if spec.network != "proxy":
+            raise InvalidInput(f"sandbox {self.name} has network {spec.network!r}; an allow-list only applies to "
+                               "network 'proxy', which is chosen when a sandbox is created")
+        try:
+            entries = list(replace) if replace is not None else edited(spec.allow, add=add, remove=remove)
+        except InvalidInput as exc:
+            raise InvalidInput(f"sandbox {self.name}: {exc}") from None
+        return self.set_allow(entries, previous=spec.allow)
+
     # -- restore, delete, destroy ---------------------------------------------------------------
 
     def restore_preview(self, checkpoint_id: str, *, diff: bool = True,

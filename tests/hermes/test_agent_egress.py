@@ -3,6 +3,10 @@ package index through the sandbox's egress proxy, set up from the plugin's setti
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +18,10 @@ from tests.local import egress_kit
 
 if TYPE_CHECKING:
     from loop_kit import AgentLoop
+
+    from tests.hermes.conftest import HermesHarness
+
+HERMES_BIN = Path(sys.executable).parent / "hermes"
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +48,25 @@ def test_the_agent_pip_installs_from_an_allowed_index_and_nothing_else(agent_loo
     assert "Network is unreachable" in elsewhere["output"]  # and there is no way around it
     # installed in the sandbox's layer, not on the host's disk
     assert not list(Path("/usr/local/lib").glob("python3*/dist-packages/hsbdemo"))
+
+
+def test_hermes_sandbox_network_changes_the_profile_s_sandbox_for_its_next_connection(
+        hermes: HermesHarness, index_port: int) -> None:
+    hermes.configure(network="proxy", allow=["@pypi"])
+    entry = f"127.0.0.1:{index_port}"
+    fetch = f"curl -sS -f -m 10 -o /dev/null -w '%{{http_code}}' http://{entry}/simple/hsbdemo/"
+    assert hermes.run(fetch)["exit_code"] == 22  # the proxy refuses: not on the list
+
+    def network(*words: str, code: int = 0) -> str:
+        done = subprocess.run([str(HERMES_BIN), "sandbox", "network", *words], capture_output=True, text=True,
+                              env={**os.environ, "HERMES_HOME": str(hermes.home)}, timeout=120, check=False)
+        assert done.returncode == code, done.stdout + done.stderr
+        return done.stdout
+
+    assert json.loads(network("allow", entry)) == {"sandbox": hermes.env().sandbox_name, "network": "proxy",
+                                                  "allow": ["@pypi", entry]}
+    assert hermes.run(fetch)["output"] == "200"  # the same session, no restart
+    network("deny", entry)
+    assert hermes.run(fetch)["exit_code"] == 22
+    assert "no entry example.com" in network("deny", "example.com", code=1)
+    assert json.loads(network("show"))["allow"] == ["@pypi"]

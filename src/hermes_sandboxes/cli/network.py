@@ -17,8 +17,6 @@ import click
 
 from hermes_sandboxes.cli.output import Ui
 from hermes_sandboxes.cli.session import Workspace
-from hermes_sandboxes.errors import InvalidInput, Unsupported
-from hermes_sandboxes.sandbox import Capability, Sandbox
 
 
 @click.group(short_help="A sandbox's network mode and egress allow-list.")
@@ -50,37 +48,15 @@ def show(workspace: Workspace, name: str, as_json: bool) -> None:
     _show(Ui(), name, spec.network, spec.allow, as_json)
 
 
-def _change(workspace: Workspace, name: str, new_list: Sequence[str] | None, *, add: Sequence[str] = (),
+def _change(workspace: Workspace, name: str, replace: Sequence[str] | None, *, add: Sequence[str] = (),
             remove: Sequence[str] = (), as_json: bool) -> None:
-    """Replace NAME's list with ``new_list``, or the current one with ``add`` and without ``remove``."""
-    sandbox = workspace.sandbox(name)
-    _require_allowlist(sandbox)
-    spec = sandbox.info().spec
-    if spec.network != "proxy":
-        raise InvalidInput(f"sandbox {name} has network {spec.network!r}; an allow-list only applies to network "
-                           "'proxy', which is chosen when a sandbox is created (create NAME --network proxy)")
-    current = list(spec.allow)
-    if new_list is None:
-        known = {e.strip().lower() for e in current}
-        missing = [e for e in remove if e.strip().lower() not in known]
-        if missing:
-            raise InvalidInput(f"sandbox {name}'s allow-list has no entry {', '.join(missing)} "
-                               f"(it holds: {' '.join(current) or 'nothing'}); nothing was changed")
-        dropped = {e.strip().lower() for e in remove}
-        kept = [e for e in current if e.strip().lower() not in dropped]
-        new_list = kept + [e for e in dict.fromkeys(a.strip() for a in add) if e.lower() not in known]
-    session = workspace.session(sandbox)
+    """Replace NAME's list with ``replace``, or the current one with ``add`` and without ``remove``."""
+    session = workspace.session(workspace.sandbox(name))
     try:
-        entries = session.recorded.set_allow(new_list, previous=current)
+        entries = session.recorded.change_allow(replace=replace, add=add, remove=remove)
     finally:
         session.close()
     _show(Ui(), name, "proxy", entries, as_json)
-
-
-def _require_allowlist(sandbox: Sandbox) -> None:
-    backend = sandbox.backend
-    if Capability.EGRESS_ALLOWLIST not in backend.capabilities:
-        raise Unsupported(f"the {backend.name} backend has no egress allow-list to change (network 'proxy')")
 
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -151,6 +151,24 @@ def validate(entries: Iterable[str]) -> tuple[str, ...]:
     return out
 
 
+def edited(current: Sequence[str], *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> list[str]:
+    """``current`` without the ``remove`` entries and with the ``add`` ones appended, entries
+    compared without case or surrounding spaces (one it holds already is kept once). Removing an
+    entry it does not hold is InvalidInput, naming what it holds: a typo must not pass as done."""
+    def key(entry: str) -> str:
+        return entry.strip().lower()
+
+    held = {key(e) for e in current}
+    dropped = {key(e) for e in remove}
+    missing = sorted(dropped - held)
+    if missing:
+        raise InvalidInput(f"the allow-list has no entry {', '.join(missing)} (it holds: "
+                           f"{' '.join(current) or 'nothing'}); nothing was changed")
+    kept = [e for e in current if key(e) not in dropped]
+    kept_keys = {key(e) for e in kept}
+    return kept + [e for e in dict.fromkeys(a.strip() for a in add) if key(e) not in kept_keys]
+
+
 @dataclass(frozen=True)
 class Verdict:
     allowed: bool

@@ -3,8 +3,10 @@
 It acts on the active terminal backend when that is one of ours (else on the first of our providers
 this Hermes loaded). ``list`` shows the sandboxes under the install's ``name_prefix``;
 ``checkpoints``, ``diff`` and ``restore`` act on one of them, by default the profile's default sandbox
-(the one the CLI and cron use). A name outside the prefix is refused, like everywhere else in the
-plugin.
+(the one the CLI and cron use). ``network`` shows or changes a sandbox's egress allow-list (network
+``proxy``) in place: the ``allow`` setting applies when a sandbox is created, this changes one that
+exists, for its next connection, and the change is recorded. A name outside the prefix is refused,
+like everywhere else in the plugin.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.secrets import Redactor
 
@@ -38,6 +40,12 @@ def _setup(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--yes", "-y", action="store_true",
                            help="restore without asking (needed when stdin is not a terminal)")
         p.add_argument("--sandbox", help="sandbox name (default: this profile's default sandbox)")
+    p = sub.add_parser("network", help="show or change a sandbox's egress allow-list (network proxy)")
+    p.add_argument("action", choices=("show", "allow", "deny", "set"),
+                   help="show it; allow or deny entries; set: replace the list")
+    p.add_argument("hosts", nargs="*", metavar="HOST", help="allow-list entries (pypi.org, *.example.com, "
+                                                            "127.0.0.1:8080, @pypi)")
+    p.add_argument("--sandbox", help="sandbox name (default: this profile's default sandbox)")
 
 
 def _recorded(provider: SandboxProvider, name: str | None) -> RecordedSandbox:
@@ -74,6 +82,8 @@ def _dispatch(provider: SandboxProvider, args: argparse.Namespace) -> Any:
         backend = provider.backend(settings)
         return [i.to_dict() for i in backend.list() if naming.within_prefix(settings.name_prefix, i.name)]
     recorded = _recorded(provider, args.sandbox)
+    if command == "network":
+        return _network(recorded, args.action, args.hosts)
     if command == "checkpoints":
         return [cp.to_dict() for cp in recorded.checkpoints()]
     if command == "diff":
@@ -85,6 +95,17 @@ def _dispatch(provider: SandboxProvider, args: argparse.Namespace) -> Any:
     discarded = recorded.restore(args.checkpoint)
     return {"restored": args.checkpoint, "sandbox": recorded.name,
             "discarded_commands": None if discarded is None else len(discarded)}
+
+
+def _network(recorded: RecordedSandbox, action: str, hosts: list[str]) -> dict[str, Any]:
+    if action in ("allow", "deny") and not hosts:
+        raise InvalidInput(f"network {action} needs at least one HOST entry")
+    if action == "show":
+        spec = recorded.inner.info().spec
+        return {"sandbox": recorded.name, "network": spec.network, "allow": list(spec.allow)}
+    entries = recorded.change_allow(replace=hosts if action == "set" else None,
+                                    add=hosts if action == "allow" else (), remove=hosts if action == "deny" else ())
+    return {"sandbox": recorded.name, "network": "proxy", "allow": list(entries)}
 
 
 class RestoreDeclined(SandboxError):
@@ -118,7 +139,7 @@ def _confirm_restore(recorded: RecordedSandbox, checkpoint_id: str) -> bool:
 
 def register_cli(ctx: Any) -> None:
     ctx.register_cli_command(
-        name="sandbox", help="hermes-sandboxes sandboxes: list, checkpoints, diff, restore",
+        name="sandbox", help="hermes-sandboxes sandboxes: list, checkpoints, diff, restore, network",
         setup_fn=_setup, handler_fn=run,
         description="Inspect and roll back this profile's hermes-sandboxes sandboxes.",
     )
