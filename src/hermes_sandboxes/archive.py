@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.errors import SandboxError, SandboxNotFound
 from hermes_sandboxes.sandbox import Process, Sandbox
 
 MAX_ARCHIVE_BYTES = 2 * 1024 ** 3  # what the host accepts from one sandbox archive
@@ -68,8 +68,9 @@ def capture(sandbox: Sandbox, argv: Sequence[str], dest: BinaryIO, *, what: str,
     """Run ``argv`` in the sandbox with its stdout going to ``dest``, at most ``limit`` bytes.
 
     Returns the command's exit code and the tail of its stderr (for messages). Raises
-    ArchiveTooLarge once the stream passes ``limit`` (the command is killed at that moment) and
-    StateUnreadable when the command cannot run or does not end within ``timeout``."""
+    ArchiveTooLarge once the stream passes ``limit`` (the command is killed at that moment),
+    SandboxNotFound when the sandbox is gone, and StateUnreadable when the command cannot run or
+    does not end within ``timeout``."""
     sink = _Capture(dest, limit)
     errors = bytearray()
 
@@ -79,6 +80,8 @@ def capture(sandbox: Sandbox, argv: Sequence[str], dest: BinaryIO, *, what: str,
 
     try:
         proc = sandbox.start(list(argv), on_stdout=sink.write, on_stderr=stderr)
+    except SandboxNotFound:
+        raise  # the sandbox is gone: not a transfer that may work if tried again
     except SandboxError as exc:
         raise StateUnreadable(f"{what}: could not read files from sandbox {sandbox.name}: {exc}") from exc
     with sink.lock:
@@ -88,6 +91,8 @@ def capture(sandbox: Sandbox, argv: Sequence[str], dest: BinaryIO, *, what: str,
         proc.kill()
     try:
         code = proc.wait(timeout)
+    except SandboxNotFound:
+        raise
     except SandboxError as exc:
         raise StateUnreadable(f"{what}: reading files from sandbox {sandbox.name} failed: {exc}") from exc
     if sink.over:
@@ -135,3 +140,18 @@ def regular_files(tar: tarfile.TarFile, refused: list[Refused]) -> Iterator[tupl
 def complete(tar: tarfile.TarFile, size: int) -> bool:
     """Whether every member's data lies within the ``size`` bytes received (a cut archive is not)."""
     return all(m.offset_data + (m.size if m.isreg() else 0) <= size for m in tar.getmembers())
+
+
+def keep_regular_files(source: BinaryIO, dest: BinaryIO, refused: list[Refused]) -> int:
+    """Copy the acceptable regular files of archive ``source`` into a new archive ``dest`` (for a
+    consumer that extracts a whole archive at once, where one bad member would fail all of it).
+    Returns how many were kept; raises tarfile.TarError when ``source`` is corrupt."""
+    kept = 0
+    with tarfile.open(fileobj=source, mode="r:") as tar, tarfile.open(fileobj=dest, mode="w") as out:
+        for rel, member in regular_files(tar, refused):
+            data = tar.extractfile(member)
+            clean = tarfile.TarInfo(rel)
+            clean.size, clean.mode, clean.mtime = member.size, member.mode, member.mtime
+            out.addfile(clean, data)
+            kept += 1
+    return kept

@@ -12,6 +12,10 @@ Pushing ``~/.hermes`` from each of them at once would interleave writes, so per 
 * **dirty marker** (``<scope>.dirty``): a writer's per-command sync failed, so the sandbox may hold
   stale or half-written state. Readers are refused, with a retry hint, until a writer's sync succeeds
   and clears it.
+* **restore stamp** (``<scope>.restored``): any process that restores the sandbox to a checkpoint
+  writes a new token there (and marks the scope dirty: the sandbox's ``~/.hermes`` went back in time
+  with everything else). The writer compares the token before each sync and, when it changed, brings
+  the sandbox up to date again: only the files that differ, not a resend of everything.
 
 Nothing is left behind: the writer removes the scope's files when it lets the lease go (the next
 writer pushes everything anyway), the lock file last, while still holding it; a process that opened
@@ -29,6 +33,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import secrets
 import threading
 from pathlib import Path
 from typing import IO
@@ -72,6 +77,7 @@ class WriterLease:
         self._lock_path = self.directory / f"{stem}.lock"
         self.prepared_path = self.directory / f"{stem}.prepared"
         self.dirty_path = self.directory / f"{stem}.dirty"
+        self.restored_path = self.directory / f"{stem}.restored"
         self._file: IO[bytes] | None = None
         self._single_writer = False  # no flock: this process acts as the writer
         self._mutex = threading.Lock()
@@ -194,13 +200,33 @@ class WriterLease:
         with contextlib.suppress(FileNotFoundError):
             self.dirty_path.unlink()
 
+    def note_restored(self) -> str:
+        """This process restored the sandbox to a checkpoint (any process may say so): readers are
+        refused until the writer has synced again, and the writer's next sync sees a new token
+        (returned)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _touch(self.dirty_path)
+        token = secrets.token_hex(16)
+        temp = self.restored_path.with_name(f"{self.restored_path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        temp.write_text(token)
+        os.replace(temp, self.restored_path)
+        return token
+
+    def restore_token(self) -> str:
+        """The token of the last restore of the scope's sandbox ("" if none was ever noted)."""
+        try:
+            return self.restored_path.read_text()
+        except FileNotFoundError:
+            return ""
+
     def admit(self) -> None:
         """May a reader run a command now? Raises NotAdmitted (with a retry hint) when not."""
         if self.is_writer:
             return
         if self.dirty:
             raise NotAdmitted(f"the state of sandbox {self.label} is marked dirty: the process syncing it "
-                              "failed to bring it up to date; retry after that process syncs again or exits")
+                              "failed to bring it up to date, or has not yet since a checkpoint restore; "
+                              "retry after that process syncs again or exits")
         if not self.prepared:
             raise NotAdmitted(f"sandbox {self.label} is still being prepared by another process; retry in "
                               "a moment")

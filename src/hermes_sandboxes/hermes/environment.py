@@ -38,7 +38,7 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
-from hermes_sandboxes.errors import CheckpointFailed, SandboxNotFound
+from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
 from hermes_sandboxes.leases import NotAdmitted, WriterLease
 from hermes_sandboxes.recorder import RecordedProcess, RecordedSandbox, StoriedCheckpoint
 from hermes_sandboxes.risk import RiskVerdict
@@ -78,6 +78,7 @@ class EnvironmentOptions:
     redactor: Redactor  # also the journals' redactor: a value injected here never reaches their disk
     reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
     lease: WriterLease | None = None  # remote backends: only the scope's writer syncs state
+    recover: bool = False  # remote backends: recovery on resume before the first push (see sync.py)
 
 
 class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
@@ -96,6 +97,11 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self._redactor = options.redactor  # every value ever injected: a copy in a file stays hidden too
         self._gate = CommandGate(self._teardown, recorded.name)
         self._sync = SandboxFileSync(lambda: self.sandbox, f"{recorded.inner.home}/.hermes", options.sync_lock)
+        # a resumed sandbox may hold agent files no teardown pulled back: recover them before pushing
+        self._recover_pending = options.recover and not recorded.inner.created
+        self._fresh = recorded.inner.created  # holds nothing of ours yet: no listing before the first push
+        self._restore_seen: str | None = None  # the scope's restore token at this writer's last sync
+        self._own_restore = ""  # the token of this environment's own last restore
         try:
             self._admit(force=True)
         except BaseException:
@@ -180,9 +186,12 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
     def _admit(self, *, force: bool) -> None:
         """Bring the sandbox's state up to date before a command, or refuse to run it.
 
-        Without a lease (the local backend) this process pushes. With one, the scope's writer pushes
-        (a reader that finds the lease free takes over and pushes everything); a failed push marks
-        the scope dirty. A reader runs only against prepared, clean state (see leases.py)."""
+        Without a lease (the local backend) this process pushes. With one, the scope's writer pushes:
+        a writer new to the sandbox (first attach, or a reader taking over from a writer that may have
+        died before its teardown pull) first recovers the agent's files, then pushes everything, and
+        after a checkpoint restore by any process it pushes what differs. Until such a push completes,
+        and after any failed one, the scope is dirty. A reader runs only against prepared, clean
+        state (see leases.py)."""
         lease = self.options.lease
         if lease is None:
             self._push(force=force)
@@ -194,16 +203,48 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
             except NotAdmitted as exc:
                 raise EnvironmentConnectionError(str(exc)) from exc
             return
-        force = force or took_over
+        if took_over:
+            self._recover_pending = self._recover_pending or self.options.recover
+        token = lease.restore_token()
+        restored = self._restore_seen is not None and token != self._restore_seen
+        if restored:
+            self._follow_restore(token)
+        force = force or took_over or restored or self._recover_pending
         if force:  # until this push completes, the sandbox does not hold this scope's state
             lease.begin_prepare()
         try:
-            self._push(force=force)
+            self._bring_up_to_date(force=force)
         except EnvironmentConnectionError:
             lease.mark_dirty()
             raise
+        self._restore_seen = token
         lease.mark_clean()
         lease.mark_prepared()
+
+    def _follow_restore(self, token: str) -> None:
+        """Another process restored the sandbox: what this writer sent is void (the sandbox's
+        ~/.hermes is a checkpoint's), and a backend whose restore replaces the sandbox (E2B) has a
+        new one under the same name, so find it again by name."""
+        self._sync.reset()
+        if token != self._own_restore and self.options.reopen is not None:
+            self.recorded = self.options.reopen()
+            self._fresh = self.recorded.inner.created
+
+    def _bring_up_to_date(self, *, force: bool) -> None:
+        """Recovery (when pending), then the push; a full push into a sandbox that already holds our
+        files sends only what differs."""
+        if self._recover_pending:
+            try:
+                self._sync.recover()
+            except SandboxError as exc:
+                raise EnvironmentConnectionError(
+                    f"sandbox {self.sandbox_name}: recovery on resume failed, so the host's state was not "
+                    f"pushed over the sandbox's: {exc}") from exc
+            self._recover_pending = False
+        if force and not self._fresh:
+            self._sync.learn_remote()
+        self._push(force=force)
+        self._fresh = False
 
     def _push(self, *, force: bool) -> None:
         try:
@@ -253,6 +294,8 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         logger.warning("sandbox %s vanished; creating it again", self.sandbox_name)
         self.recorded = self.options.reopen()
         self._sync.reset()
+        self._fresh = self.recorded.inner.created
+        self._recover_pending = self.options.recover and not self._fresh
         self._admit(force=True)
         self._mark_recreated()
         return launch()
@@ -262,9 +305,19 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
 
     # --- after a restore ------------------------------------------------------------------------
     def after_restore(self) -> None:
-        """The filesystem went back in time: resend ~/.hermes and take a fresh shell snapshot."""
+        """The filesystem went back in time, ~/.hermes with it: bring it up to date (only what
+        differs) and take a fresh shell snapshot. Under a lease the restore is noted for the scope:
+        its writer, this process or another, re-syncs before its next command, and until then
+        readers are refused (the state is known to be stale)."""
         self._sync.reset()
-        self._admit(force=True)
+        lease = self.options.lease
+        if lease is None:
+            self._sync.learn_remote()
+            self._admit(force=True)
+        else:
+            self._own_restore = lease.note_restored()
+            if lease.is_writer:
+                self._admit(force=False)
         self.init_session()
 
     # --- teardown -------------------------------------------------------------------------------

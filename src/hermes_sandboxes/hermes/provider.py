@@ -261,6 +261,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
             task_key=task_key, persistent=persistent, credentials=dict(settings.credentials),
             sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor, reopen=reopen,
             lease=RUNTIME.writer_lease(backend, name) if self.uses_writer_lease else None,
+            recover=self.uses_writer_lease,  # the service keeps the sandbox when a host process dies
         )
         try:
             return SandboxEnvironment(recorded, cwd=self.working_directory(cwd, settings, recorded.inner),

@@ -13,25 +13,46 @@ any backend. Two things ``FileSyncManager`` does not do, done here:
 
 Credential files are pushed with mode 0600 and never pulled back (Hermes skips them on pull-back;
 the agent may have tampered with them inside the sandbox).
+
+For sandboxes that outlive a host process (remote backends), three more:
+
+* ``recover()`` runs the core recovery (``hermes_sandboxes.recovery``) before the first push into a
+  resumed sandbox, with Hermes's credential files as host-only paths;
+* the archive of the teardown pull is capped while it streams (``hermes_sandboxes.archive``); Hermes
+  extracts it with tarfile's data filter;
+* ``learn_remote()`` lists what the sandbox's ``~/.hermes`` already holds (one command, digests), so
+  the full push after a resume or a checkpoint restore sends only files that differ: Hermes's manager
+  believes it sent everything, and the sandbox does hold everything.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import importlib
 import logging
+import os
 import shlex
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hermes_sandboxes import archive, recovery
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound
 from hermes_sandboxes.sandbox import Sandbox
 
 logger = logging.getLogger(__name__)
 
 _TRANSFER_TIMEOUT_S = 120.0
+_LISTING_LIMIT = 64 << 20  # a bigger digest listing is ignored: everything is sent instead
+# Digests of every regular file below the base, NUL-terminated records "<sha256>  <path>" (GNU -z:
+# names are not escaped). Any failure only means the push sends everything.
+_LIST_SCRIPT = r"""
+[ -d "$1" ] || exit 0
+find "$1" -type f -print0 | xargs -0 -r sha256sum -z --
+"""
 
 
 class SyncFailed(SandboxError):
@@ -52,8 +73,11 @@ class _Gone(BaseException):
 class SandboxFileSync:
     """Pushes ``~/.hermes`` content into ``remote_base`` in the sandbox and pulls agent edits back."""
 
-    def __init__(self, sandbox: Callable[[], Sandbox], remote_base: str, lock: threading.Lock) -> None:
+    def __init__(self, sandbox: Callable[[], Sandbox], remote_base: str, lock: threading.Lock, *,
+                 archive_limit: int = archive.MAX_ARCHIVE_BYTES) -> None:
         file_sync = importlib.import_module("tools.environments.file_sync")
+        self._archive_limit = archive_limit
+        self._remote_digests: dict[str, str] = {}  # remote path -> sha256, from learn_remote()
         self._sandbox = sandbox
         self._remote_base = remote_base.rstrip("/")
         self._lock = lock  # shared by every environment on the same sandbox in this process
@@ -87,8 +111,11 @@ class SandboxFileSync:
         try:
             sandbox = self._sandbox()  # write_file creates missing parents (the contract): one request a file
             secret_paths = self._credential_paths()
+            known, self._remote_digests = self._remote_digests, {}  # good for one push only
             for host_path, remote_path in files:
                 data = Path(host_path).read_bytes()
+                if known.get(remote_path) == hashlib.sha256(data).hexdigest():
+                    continue  # the sandbox holds these bytes already
                 mode = 0o600 if _remote_key(remote_path, self._remote_base) in secret_paths else 0o644
                 sandbox.write_file(remote_path, data, mode)
         except BaseException as exc:
@@ -110,21 +137,23 @@ class SandboxFileSync:
             raise
 
     def _download(self, dest: Path) -> None:
+        """The teardown pull's archive, capped while it streams, then reduced to the regular files
+        that pass the tar data filter (Hermes extracts it whole, with that filter: one agent-made
+        link would otherwise fail the whole pull)."""
         try:
             # Hermes maps archive members back as "/" + member, so archive paths relative to "/".
             script = f"tar cf - --exclude='*.sock' -C / {shlex.quote(self._remote_base.lstrip('/'))}"
-            with dest.open("wb") as out:
-
-                def write(chunk: bytes) -> None:
-                    out.write(chunk)
-
-                proc = self._sandbox().start(["sh", "-c", script], on_stdout=write)
-                code = proc.wait(_TRANSFER_TIMEOUT_S)
-                if code is None:
-                    proc.kill()
-                    raise SyncFailed("pulling ~/.hermes out of the sandbox timed out")
-            if code != 0:
-                raise SyncFailed(f"pulling ~/.hermes out of the sandbox failed (tar exit {code})")
+            with tempfile.TemporaryFile(prefix="hermes-sandboxes-pull-") as spool:
+                code, err = archive.capture(self._sandbox(), ["sh", "-c", script], spool, what="pulling ~/.hermes back",
+                                            limit=self._archive_limit, timeout=_TRANSFER_TIMEOUT_S)
+                if code != 0:
+                    raise SyncFailed(f"pulling ~/.hermes out of the sandbox failed (tar exit {code}: {err})")
+                spool.seek(0)
+                refused: list[archive.Refused] = []
+                with dest.open("wb") as out:
+                    archive.keep_regular_files(spool, out, refused)
+            for item in refused:
+                logger.warning("pulling ~/.hermes back: %s was not taken (%s)", item.name, item.reason)
         except SandboxNotFound as exc:
             raise _Gone() from exc
         except BaseException as exc:
@@ -143,10 +172,54 @@ class SandboxFileSync:
         with self._lock:
             self._errors.clear()
             self._manager.sync(force=force)
+            self._remote_digests = {}  # learnt for this push only
             if self._errors:
                 error = self._errors[0]
                 self._errors.clear()
                 raise SyncFailed(f"file sync into the sandbox failed, command not run: {error}") from error
+
+    def recover(self) -> recovery.RecoveryReport:
+        """Take the agent's skills/ and memories/ back before a push buries them (see recovery.py);
+        raises (StateUnreadable, RecoveryFailed) when that cannot be done safely."""
+        hermes_home = importlib.import_module("hermes_constants").get_hermes_home()
+        with self._lock:
+            report = recovery.recover(self._sandbox(), remote_base=self._remote_base, host_home=hermes_home,
+                                      protected=self._host_only(hermes_home), limit=self._archive_limit)
+        report.log()
+        return report
+
+    def _host_only(self, hermes_home: Path) -> set[str]:
+        """Hermes's credential files, as paths below the physical Hermes home."""
+        credential_files = importlib.import_module("tools.credential_files")
+        home = os.path.realpath(hermes_home)
+        found = set()
+        for mount in credential_files.get_credential_file_mounts():
+            path = os.path.realpath(mount["host_path"])
+            if path.startswith(home + os.sep):
+                found.add(os.path.relpath(path, home).replace(os.sep, "/"))
+        return found
+
+    def learn_remote(self) -> bool:
+        """Read what the sandbox's ``~/.hermes`` holds (digests), so the next push skips files that
+        are there already. False (and the next push sends everything) when the listing fails."""
+        self._remote_digests = {}
+        try:
+            with tempfile.TemporaryFile() as out:
+                code, _ = archive.capture(self._sandbox(), ["sh", "-c", _LIST_SCRIPT, "sh", self._remote_base], out,
+                                          what="listing ~/.hermes", limit=_LISTING_LIMIT)
+                out.seek(0)
+                listing = out.read()
+        except SandboxError as exc:
+            logger.info("could not list ~/.hermes in the sandbox (%s): pushing everything", exc)
+            return False
+        if code != 0:
+            logger.info("listing ~/.hermes in the sandbox failed (exit %s): pushing everything", code)
+            return False
+        for record in listing.split(b"\0"):
+            digest, sep, path = record.partition(b"  ")
+            if sep and len(digest) == 64:
+                self._remote_digests[path.decode("utf-8", "surrogateescape")] = digest.decode()
+        return True
 
     def pull(self) -> Pulled:
         """Copy agent-authored changes (skills, caches) back to the host."""

@@ -1,0 +1,143 @@
+"""State sync between a host's ~/.hermes and a persistent remote sandbox, through a real Hermes on
+each remote backend's fake: recovery when a sandbox is resumed after a session that never pulled its
+files back, what each sync failure does, and the re-sync after a checkpoint restore."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_sandboxes.hermes.runtime import RUNTIME
+from hermes_sandboxes.recovery import RECOVERED_DIR
+from tests.remote import hermes_kit
+from tests.remote.conftest import Remote
+from tests.remote.hermes_kit import OtherHermes, call_here, cleanup_here, refused_here, run_here, writes
+
+
+@pytest.fixture
+def home(remote: Remote, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    yield from hermes_kit.hermes_home(remote, monkeypatch)
+
+
+@pytest.fixture
+def other(home: Path) -> Iterator[OtherHermes]:
+    started = OtherHermes()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def out(result: dict[str, object]) -> str:
+    return str(result.get("output") or "")
+
+
+def skill(home: Path, name: str, text: str) -> Path:
+    path = home / "skills" / name / "SKILL.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_a_resume_recovers_what_a_crashed_session_never_pulled_back(home: Path, other: OtherHermes) -> None:
+    kept = skill(home, "kept", "host v1\n")
+    made = other.run('cd "$HOME/.hermes" && mkdir -p skills/new memories && echo agent > skills/new/SKILL.md'
+                     ' && echo remember > memories/MEMORY.md && echo "sandbox v2" > skills/kept/SKILL.md')
+    assert made["exit_code"] == 0, made
+    other.crash()  # no teardown pull: the agent's files exist only in the sandbox
+    kept.write_text("host v3\n")  # and the host changed the same skill meanwhile
+
+    seen = out(run_here('cat "$HOME/.hermes/skills/kept/SKILL.md" "$HOME/.hermes/skills/new/SKILL.md"'))
+
+    assert seen.split() == ["host", "v3", "agent"], seen  # the host's copy was pushed after recovery
+    assert (home / "skills/new/SKILL.md").read_text() == "agent\n"  # restored in place
+    assert (home / "memories/MEMORY.md").read_text() == "remember\n"
+    assert kept.read_text() == "host v3\n"
+    [aside] = list(home.joinpath(*RECOVERED_DIR).iterdir())
+    assert (aside / "skills/kept/SKILL.md").read_text() == "sandbox v2\n"  # neither version lost
+
+
+def test_unreadable_sandbox_state_blocks_the_push_until_it_can_be_read(remote: Remote, home: Path,
+                                                                      other: OtherHermes) -> None:
+    kept = skill(home, "kept", "host v1\n")
+    assert other.run('echo "sandbox v2" > "$HOME/.hermes/skills/kept/SKILL.md"')["exit_code"] == 0
+    other.crash()
+    kept.write_text("host v3\n")
+    hermes_kit.cut_exec_streams(remote)
+    refused = json.dumps(run_here("touch /tmp/ran"))
+    hermes_kit.clear_faults(remote)
+    assert "recovery on resume failed" in refused, refused
+    assert not home.joinpath(*RECOVERED_DIR).exists()
+    # nothing was pushed over the sandbox's copy: the next use recovers it, then pushes
+    assert out(run_here('cat "$HOME/.hermes/skills/kept/SKILL.md"')).strip() == "host v3"
+    [aside] = list(home.joinpath(*RECOVERED_DIR).iterdir())
+    assert (aside / "skills/kept/SKILL.md").read_text() == "sandbox v2\n"
+    assert run_here("ls /tmp/ran")["exit_code"] != 0  # the refused command never ran
+
+
+def test_a_failed_initial_push_is_fatal(remote: Remote, home: Path) -> None:
+    skill(home, "s", "v1\n")
+    hermes_kit.fail_writes(remote)
+    refused = json.dumps(run_here("touch /tmp/ran-before-sync"))
+    hermes_kit.clear_faults(remote)
+    assert "file sync" in refused, refused
+    assert out(run_here('cat "$HOME/.hermes/skills/s/SKILL.md"; ls /tmp/ran-before-sync')).split()[0] == "v1"
+    assert run_here("ls /tmp/ran-before-sync")["exit_code"] != 0
+
+
+def test_a_failed_sync_before_a_command_refuses_it_and_marks_the_scope_dirty(remote: Remote, home: Path) -> None:
+    path = skill(home, "s", "v1\n")
+    assert out(run_here('cat "$HOME/.hermes/skills/s/SKILL.md"')).strip() == "v1"
+    path.write_text("v2, longer\n")
+    hermes_kit.fail_writes(remote)
+    refused = refused_here("touch /tmp/ran-stale")
+    assert "file sync" in refused, refused
+    dirty = list((RUNTIME.state.root / "leases").glob("*.dirty"))
+    hermes_kit.clear_faults(remote)
+    assert dirty, "the scope was not marked dirty"
+    assert out(run_here('cat "$HOME/.hermes/skills/s/SKILL.md"')).strip() == "v2, longer"
+    assert not any(p.exists() for p in dirty)  # a good sync clears the mark
+    assert run_here("ls /tmp/ran-stale")["exit_code"] != 0
+
+
+def test_a_failed_teardown_pull_is_logged_and_the_next_resume_recovers(
+        remote: Remote, home: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tools.environments.file_sync as file_sync
+
+    monkeypatch.setattr(file_sync, "_sleep", lambda seconds: None)  # Hermes's own hook for its retry pauses
+    skill(home, "s", "v1\n")
+    assert run_here('echo learned > "$HOME/.hermes/skills/s/notes.md"')["exit_code"] == 0
+    hermes_kit.cut_exec_streams(remote)
+    with caplog.at_level(logging.WARNING):
+        cleanup_here()  # must not raise
+    hermes_kit.clear_faults(remote)
+    assert any("not pulled back" in r.getMessage() for r in caplog.records), caplog.text
+    assert not (home / "skills/s/notes.md").exists()
+    assert run_here("true")["exit_code"] == 0  # the next session resumes and recovers first
+    assert (home / "skills/s/notes.md").read_text() == "learned\n"
+
+
+def test_after_a_readers_restore_the_writer_resyncs_only_what_differs(remote: Remote, home: Path,
+                                                                     other: OtherHermes) -> None:
+    for i in range(8):
+        skill(home, f"s{i}", f"v1 {i}\n")
+    assert other.run("true")["exit_code"] == 0  # the writer pushed everything
+    assert out(run_here('cat "$HOME/.hermes/skills/s3/SKILL.md"')).strip() == "v1 3"  # this one reads
+    saved = call_here("sandbox_checkpoint", {"comment": "skills at v1"})["checkpoint"]
+    skill(home, "s3", "v2 3\n")
+    assert other.run("true")["exit_code"] == 0  # the writer pushes the change
+    assert out(run_here('cat "$HOME/.hermes/skills/s3/SKILL.md"')).strip() == "v2 3"
+
+    restored = call_here("sandbox_restore", {"id": saved})  # by the reader: ~/.hermes went back too
+    assert restored.get("restored") == saved, restored
+    refused = refused_here("true")  # stale state: readers wait for the writer
+    assert "marked dirty" in refused and "checkpoint restore" in refused, refused
+    hermes_kit.clear_requests(remote)
+    resynced = other.run("true")  # the writer re-syncs, sending only what differs
+    assert resynced["exit_code"] == 0, resynced
+    assert writes(remote) == [f"{'/home/user' if remote.kind == 'e2b' else '/root'}/.hermes/skills/s3/SKILL.md"]
+    assert out(run_here('cat "$HOME/.hermes/skills/s3/SKILL.md"')).strip() == "v2 3"
