@@ -11,3 +11,4 @@ bash scripts/setup.sh test
 .venv/bin/python benchmarks/bench_sprites.py
 .venv/bin/python benchmarks/bench_fork.py
 .venv/bin/python benchmarks/bench_cli.py
+.venv/bin/python benchmarks/bench_resync.py

@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 import tarfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -142,13 +142,19 @@ def complete(tar: tarfile.TarFile, size: int) -> bool:
     return all(m.offset_data + (m.size if m.isreg() else 0) <= size for m in tar.getmembers())
 
 
-def keep_regular_files(source: BinaryIO, dest: BinaryIO, refused: list[Refused]) -> int:
+def keep_regular_files(source: BinaryIO, dest: BinaryIO, refused: list[Refused],
+                       unsafe: Callable[[str], str] = lambda rel: "") -> int:
     """Copy the acceptable regular files of archive ``source`` into a new archive ``dest`` (for a
-    consumer that extracts a whole archive at once, where one bad member would fail all of it).
-    Returns how many were kept; raises tarfile.TarError when ``source`` is corrupt."""
+    consumer that extracts a whole archive at once, where one bad member would fail all of it);
+    ``unsafe(rel)`` may refuse more, by returning why. Returns how many were kept; raises
+    tarfile.TarError when ``source`` is corrupt."""
     kept = 0
     with tarfile.open(fileobj=source, mode="r:") as tar, tarfile.open(fileobj=dest, mode="w") as out:
         for rel, member in regular_files(tar, refused):
+            why = unsafe(rel)
+            if why:
+                refused.append(Refused(rel, why))
+                continue
             data = tar.extractfile(member)
             clean = tarfile.TarInfo(rel)
             clean.size, clean.mode, clean.mtime = member.size, member.mode, member.mtime

@@ -59,3 +59,18 @@ def test_a_pull_takes_regular_files_only(remote_sandbox: Sandbox, sync_home: Pat
     assert found == ["SKILL.md", "notes.md"], found
     assert (sync_home / "skills" / "s" / "notes.md").read_text() == "learned\n"
     assert not any(p.is_symlink() for p in sync_home.rglob("*"))
+
+
+def test_a_pull_never_writes_through_a_host_symlink(remote_sandbox: Sandbox, sync_home: Path, tmp_path: Path) -> None:
+    sb = remote_sandbox
+    sync = _sync(sb, 1 << 30)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (sync_home / "skills" / "s" / "linked").symlink_to(outside)  # made on the host after the push
+    made = sb.exec(["sh", "-c", f'mkdir -p "{sb.home}/.hermes/skills/s/linked" && '
+                                f'echo planted > "{sb.home}/.hermes/skills/s/linked/x.md" && '
+                                f'echo learned > "{sb.home}/.hermes/skills/s/notes.md"'])
+    assert made.exit_code == 0, made
+    assert sync.pull() is True
+    assert list(outside.iterdir()) == []
+    assert (sync_home / "skills" / "s" / "notes.md").read_text() == "learned\n"

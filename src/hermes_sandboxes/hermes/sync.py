@@ -151,7 +151,7 @@ class SandboxFileSync:
                 spool.seek(0)
                 refused: list[archive.Refused] = []
                 with dest.open("wb") as out:
-                    archive.keep_regular_files(spool, out, refused)
+                    archive.keep_regular_files(spool, out, refused, self._behind_host_link)
             for item in refused:
                 logger.warning("pulling ~/.hermes back: %s was not taken (%s)", item.name, item.reason)
         except SandboxNotFound as exc:
@@ -159,6 +159,22 @@ class SandboxFileSync:
         except BaseException as exc:
             self._errors.append(exc)
             raise
+
+    def _behind_host_link(self, member: str) -> str:
+        """Why Hermes must not get ``member`` (a path relative to "/"): its host copy below the Hermes
+        home would be written through a symlink there (Hermes's pull copies by path name)."""
+        base = self._remote_base.lstrip("/")
+        if not member.startswith(base + "/"):
+            return ""
+        home = os.path.realpath(importlib.import_module("hermes_constants").get_hermes_home())
+        path = home
+        for name in member[len(base) + 1:].split("/"):
+            path = os.path.join(path, name)
+            if os.path.islink(path):
+                return "its host path passes a symlink; pulling it would write through the link"
+            if not os.path.isdir(path):
+                break
+        return ""
 
     @staticmethod
     def _run(sandbox: Sandbox, argv: list[str]) -> None:
