@@ -183,7 +183,7 @@ def _apply(tree: Tree, entries: list[_Entry], spool: IO[bytes], guard: _Guard, r
     try:
         for entry, (action, why) in plans:
             if action == "restore":
-                action, why = _restore(tree, entry, source, guard)
+                action, why = _restore(tree, entry, source)
                 if action == "restored":
                     report.restored.append(entry.rel)
             if action == "quarantine":
@@ -229,7 +229,7 @@ def _compare(tree: Tree, fd: int, name: str, entry: _Entry, source: int) -> tupl
     return ("same", "") if same else ("quarantine", "conflict: the host and the sandbox hold different versions")
 
 
-def _restore(tree: Tree, entry: _Entry, source: int, guard: _Guard) -> tuple[str, str]:
+def _restore(tree: Tree, entry: _Entry, source: int) -> tuple[str, str]:
     *dirs, name = entry.rel.split("/")
     try:
         fd = tree.open_dir(dirs, create=True)
@@ -241,8 +241,7 @@ def _restore(tree: Tree, entry: _Entry, source: int, guard: _Guard) -> tuple[str
         create_file(fd, name, source, entry.offset, entry.size, entry.mode | 0o600)
         return "restored", ""
     except FileExistsError:  # appeared since it was planned: decide again on what is there now
-        action, why = _compare(tree, fd, name, entry, source)
-        return ("skip", "") if action == "same" else (action, why)
+        return _compare(tree, fd, name, entry, source)
     except OSError as exc:
         return "skip", f"the host cannot hold it: {exc.strerror}"
     finally:
