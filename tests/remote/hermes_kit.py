@@ -66,7 +66,13 @@ class OtherHermes:
         self.proc.communicate(timeout=60)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        """End it as a session ends (its cleanup releases its lease and removes the lease files);
+        kill it if it does not end."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            self.proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.communicate(timeout=60)
 

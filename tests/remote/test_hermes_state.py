@@ -30,6 +30,9 @@ def other(home: Path) -> Iterator[OtherHermes]:
         yield started
     finally:
         started.stop()
+    cleanup_here()  # this process's lease too: no lease files are left behind
+    leases = RUNTIME.state.root / "leases"
+    assert not (list(leases.iterdir()) if leases.exists() else []), "lease files were left behind"
 
 
 def out(result: dict[str, object]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.hermes.sync import SandboxFileSync
+from hermes_sandboxes.hermes.sync import Pulled, SandboxFileSync
 from hermes_sandboxes.sandbox import Sandbox
 
 
@@ -40,7 +40,7 @@ def test_an_oversized_pull_is_cut_off_while_it_streams(remote_sandbox: Sandbox, 
                                    f'echo more > "{sb.home}/.hermes/skills/s/notes.md"'])
     assert written.exit_code == 0, written
     with caplog.at_level(logging.WARNING):
-        assert sync.pull() is False
+        assert sync.pull() is Pulled.FAILED
     assert "more than 1048576 bytes" in caplog.text and "cut off" in caplog.text
     assert sorted(p.name for p in (sync_home / "skills" / "s").iterdir()) == ["SKILL.md"]
 
@@ -54,7 +54,7 @@ def test_a_pull_takes_regular_files_only(remote_sandbox: Sandbox, sync_home: Pat
                                 f' && mkfifo pipe && echo learned > notes.md'])
     assert made.exit_code == 0, made
     with caplog.at_level(logging.WARNING):
-        assert sync.pull() is True
+        assert sync.pull() is Pulled.DONE
     found = sorted(p.name for p in (sync_home / "skills" / "s").iterdir())
     assert found == ["SKILL.md", "notes.md"], found
     assert (sync_home / "skills" / "s" / "notes.md").read_text() == "learned\n"
@@ -71,6 +71,6 @@ def test_a_pull_never_writes_through_a_host_symlink(remote_sandbox: Sandbox, syn
                                 f'echo planted > "{sb.home}/.hermes/skills/s/linked/x.md" && '
                                 f'echo learned > "{sb.home}/.hermes/skills/s/notes.md"'])
     assert made.exit_code == 0, made
-    assert sync.pull() is True
+    assert sync.pull() is Pulled.DONE
     assert list(outside.iterdir()) == []
     assert (sync_home / "skills" / "s" / "notes.md").read_text() == "learned\n"
