@@ -15,7 +15,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups, launcher
+from hermes_sandboxes.errors import SandboxError
 from tests.local.kit import PYTHON, cgroup_dir, init_state, manifest, pid_alive, sh, wait_for, without_inodes
 
 
@@ -130,4 +133,21 @@ def test_an_init_whose_starter_was_killed_before_recording_it_is_killed_by_the_n
     assert sh(sb, "echo works").stdout == "works\n"
     assert not pid_alive(orphan)
     assert the_unrecorded_init() == [init_state(sb)["pid"]]  # only the init that is known runs
+
+
+def test_an_init_that_fails_during_set_up_says_why_and_leaves_nothing_running(sb: LocalSandbox) -> None:
+    """The init reports its own failure to the host process (the launcher has gone by then)."""
+    sb.stop()
+    log = sb.backend.layout.run_dir(sb.name) / "init.log"
+    log.unlink(missing_ok=True)
+    log.mkdir(parents=True)  # the init cannot open its log: its first step fails
+    groups = cgroups.for_sandbox(sb.backend.home, sb.name)
+    try:
+        with pytest.raises(SandboxError, match="failed to start: IsADirectoryError"):
+            sb.exec(["true"])
+        wait_for(lambda: not any(cgroups.procs(groups.with_box(b).freezer) for b in cgroups.BOXES),
+                 "the failed init to be gone")
+    finally:
+        log.rmdir()
+    assert sh(sb, "echo works").stdout == "works\n"
 

@@ -5,9 +5,10 @@ stdin. Each request is one packet carrying (SCM_RIGHTS) a stream socket of the r
 server forks; the child, the launcher, reads two marshalled messages from that socket: the groups
 to join, the network and what to hide (it joins them, makes the namespaces and lists the other
 stores and loop images to hide at once: init.prepare, masks.hidden_from_sandboxes), then the rest
-of the configuration (init.launch); it answers on the same socket with the init's host pid or
-with what went wrong, then exits. A caller gets the launcher going before it knows the rest (a
-restore: while it stages the copy and stops the old init). The server reads nothing else, holds
+of the configuration (init.launch); it says on the same socket the init's host pid (``pid N``)
+or what went wrong (``error ...``), then exits, and the init says ``ok`` there once it is ready.
+A caller gets the launcher going before it knows the rest (a restore: while it stages the copy and
+stops the old init). The server reads nothing else, holds
 nothing of any sandbox, and exits when the requester's end of its stdin closes (the host process
 ended). A fork costs ~1 ms where a fresh interpreter costs ~30 ms (far more on a busy machine).
 """
@@ -51,7 +52,6 @@ def serve() -> None:
 
 def _launcher(control: socket.socket, fd: int) -> None:
     """The forked child: start one init as told on ``fd``, answer there, exit. Never returns."""
-    answer = b"error: the launcher failed"
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.alarm(_SETUP_TIMEOUT_S)
@@ -67,9 +67,9 @@ def _launcher(control: socket.socket, fd: int) -> None:
                 init.prepare(first)
                 hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
                 cfg = {**_message(messages), "hide": hide}
-                answer = f"{init.launch(cfg, close_in_init=(fd,))}\n".encode()
+                answer = f"pid {init.launch(cfg, fd)}\n".encode()
             except Exception as exc:
-                answer = f"{exc}".encode() or type(exc).__name__.encode()
+                answer = f"error {exc or type(exc).__name__}\n".encode()
             conn.sendall(answer)
     finally:
         os._exit(0)

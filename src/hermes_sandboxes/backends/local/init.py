@@ -299,7 +299,7 @@ def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: froz
     return pid
 
 
-def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> None:
+def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> None:
     log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -328,8 +328,11 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, ready_w: int) -> 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     forwarder_pid = forwarder.start() if cfg["network"] == "proxy" else 0
-    os.write(ready_w, b"ok")
-    os.close(ready_w)
+    try:  # noqa: SIM105 - contextlib would cost the init start-up time
+        os.write(reply, b"ok\n")
+    except OSError:
+        pass  # the host process went away: the next start finds this init unrecorded and kills it
+    os.close(reply)
     init = Init(listener, freezer_fd, caps)
     if forwarder_pid:
         init.forwarder_pid, init.start_forwarder = forwarder_pid, forwarder.start
@@ -351,9 +354,11 @@ def prepare(cfg: dict[str, Any]) -> None:
     sc.unshare(flags)
 
 
-def launch(cfg: dict[str, Any], close_in_init: tuple[int, ...] = ()) -> int:
-    """The launcher's second step (after prepare): returns the init's host pid once it is ready.
-    The init closes ``close_in_init`` first (the launcher's line to the host process)."""
+def launch(cfg: dict[str, Any], reply: int) -> int:
+    """The launcher's second step (after prepare): forks the init and returns its host pid at once.
+    The init itself says on ``reply`` (the host process's socket) ``ok`` once it serves requests,
+    or ``error ...``: one hand-over less than the launcher waiting for the init and then answering
+    (each cost milliseconds of scheduling on a busy machine)."""
     if os.path.lexists(cfg["socket"]):
         os.unlink(cfg["socket"])
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -361,26 +366,15 @@ def launch(cfg: dict[str, Any], close_in_init: tuple[int, ...] = ()) -> int:
     listener.bind(cfg["socket"])
     os.umask(old_umask)
     listener.listen(128)
-    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(ready_r)
-        for fd in close_in_init:
-            os.close(fd)
         try:
-            _become_init(cfg, listener, ready_w)
-        except BaseException as exc:  # report any failure to the launcher, then die
+            _become_init(cfg, listener, reply)
+        except BaseException as exc:  # report any failure to the host process, then die
             try:
-                os.write(ready_w, f"{type(exc).__name__}: {exc}".encode())
+                os.write(reply, f"error {type(exc).__name__}: {exc}\n".encode())
             finally:
                 os._exit(1)
         os._exit(0)
-    os.close(ready_w)
     listener.close()
-    answer = b""
-    while chunk := os.read(ready_r, 4096):
-        answer += chunk
-    if answer != b"ok":
-        os.kill(pid, signal.SIGKILL)
-        raise RuntimeError(answer.decode(errors="replace") or "init died during set-up")
     return pid

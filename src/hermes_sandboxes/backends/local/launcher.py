@@ -119,11 +119,17 @@ class Launch:
             except TimeoutError:
                 raise SandboxError(f"sandbox {self.name} failed to start: its init was not ready in "
                                    f"{_REPLY_TIMEOUT_S} s (see {config['log']})") from None
-        text = answer.decode(errors="replace").strip()
-        if not text.isdigit():
-            raise SandboxError(f"sandbox {self.name} failed to start: {text or 'its launcher died'} "
-                               f"(see {config['log']})")
-        return int(text)
+        return self._pid(answer.decode(errors="replace"), config["log"])
+
+    def _pid(self, answer: str, log: str) -> int:
+        """The init's pid from the launcher's ``pid N`` and the init's own ``ok`` (in either order)."""
+        lines = answer.split("\n")
+        pids = [line[4:] for line in lines if line.startswith("pid ")]
+        errors = [line[6:] for line in lines if line.startswith("error ")]
+        if "ok" in lines and len(pids) == 1 and pids[0].isdigit() and not errors:
+            return int(pids[0])
+        detail = "; ".join(errors) or ("its init died during set-up" if pids else "its launcher died")
+        raise SandboxError(f"sandbox {self.name} failed to start: {detail} (see {log})")
 
     def close(self) -> None:
         """Give up on this launch if it is not finished (the launcher then exits)."""
