@@ -4,9 +4,10 @@
 Run (root): python benchmarks/bench_cli.py [--runs N] [--out FILE]
 Writes benchmarks/results/cli.json and prints the README table row.
 
-Both are fresh processes of this venv's Python; the CLI runs as a script's call would (stdin from
-/dev/null, output to a pipe), on a local sandbox in a throw-away store whose init is already up,
-after one warm-up call (which fills the settings cache the fast path reads).
+Both are fresh processes of this venv's Python, the CLI through its console script (what users
+and scripts call); it runs as a script's call would (stdin from /dev/null, output to a pipe), on a
+local sandbox in a throw-away store whose init is already up, after warm-up calls (which fill the
+settings cache the fast path reads).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from pathlib import Path
 
 TARGET_RATIO = 3.0
 RESULTS = Path(__file__).resolve().parent / "results" / "cli.json"
-CLI = [sys.executable, "-m", "hermes_sandboxes.cli"]
+# The installed command, as users and scripts call it (python -m would add runpy's imports).
+_SCRIPT = Path(sys.executable).with_name("hermes-sandboxes")
+CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "hermes_sandboxes.cli"]
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:

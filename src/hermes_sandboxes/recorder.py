@@ -31,7 +31,6 @@ leaves a checkpoint with no record, which still lists, with trigger ``unknown``.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -82,8 +81,6 @@ from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, pla
 
 if TYPE_CHECKING:
     from hermes_sandboxes.diffsummary import DiffSummary
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_RETENTION = 10
 DEFAULT_MIN_AGE = 600.0  # seconds: an automatic checkpoint this young is never pruned
@@ -515,7 +512,9 @@ class RecordedSandbox:
             self.retention_note = (
                 f"the {self._inner.backend.name} backend cannot delete checkpoints: all {len(autos)} automatic "
                 f"checkpoints of {self.name} are kept (retention asks for {self.retention})")
-            logger.info("%s", self.retention_note)
+            import logging  # not for the hot path of an exec
+
+            logging.getLogger(__name__).info("%s", self.retention_note)
             return
         live = {c.id for c in listed}
         newest_named = next((i for i in reversed(story.named) if i in live), None)

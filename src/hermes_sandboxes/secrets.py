@@ -8,13 +8,10 @@ and the audit log records which secret was used by its name only.
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-logger = logging.getLogger(__name__)
 
 SecretLookup = Callable[[str], str | None]
 

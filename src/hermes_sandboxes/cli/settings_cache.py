@@ -7,18 +7,19 @@ file's path, size, mtime and inode (or its absence), the backend named by flag o
 ``-o``/``--home`` overrides, the core count (``cpus`` is checked against it) and the code that
 validates (the package's settings modules' mtimes). Any change is a miss, and a miss means the
 full CLI runs and validates again. Kept in ``<state>/settings-cache.json``, a few entries at most.
-Only the standard library is imported here.
+Only the standard library (and the digest of identity.py) is imported here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from hermes_sandboxes.identity import digest
 
 MAX_ENTRIES = 8
 _CODE = ("settings.py", "config.py", "backends/local/settings.py")
@@ -53,7 +54,7 @@ def key(backend: str | None, config: str | None, overrides: Mapping[str, Any]) -
         "overrides": sorted((k, repr(v)) for k, v in overrides.items()),
         "cores": os.cpu_count(), "code": [_stamp(package / name) for name in _CODE],
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+    return digest(json.dumps(parts, sort_keys=True), 32)
 
 
 def _file(state_root: Path) -> Path:

@@ -134,8 +134,21 @@ TEMPLATES: tuple[tuple[str, str], ...] = (
 _PLACEHOLDER = re.compile(r"\{(Q|W|H|N|K|B|NAMES)\}")
 
 
-def _compile(template: str) -> re.Pattern[str]:
-    pieces, last = [], 0
+def _literal_head(template: str) -> str:
+    """What every command matching ``template`` starts with: its text before the first variable part."""
+    found = _PLACEHOLDER.search(template)
+    return template if found is None else template[:found.start()]
+
+
+# Checked before any template's regex is compiled: most commands (every agent's own) start like no
+# helper does, and compiling all the templates would cost more than the command's whole round trip.
+_HEADS = tuple(_literal_head(template) for _, template in TEMPLATES)
+
+
+@cache
+def _compiled(index: int) -> re.Pattern[str]:
+    """Template ``index`` as a regex, compiled the first time a command starts like it."""
+    template, pieces, last = TEMPLATES[index][1], [], 0
     for found in _PLACEHOLDER.finditer(template):
         pieces += [re.escape(template[last:found.start()]), _PARTS[found.group(1)]]
         last = found.end()
@@ -143,18 +156,13 @@ def _compile(template: str) -> re.Pattern[str]:
     return re.compile("".join(pieces), re.DOTALL)
 
 
-@cache
-def _compiled() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    return tuple((kind, _compile(template)) for kind, template in TEMPLATES)
-
-
 def hermes_internal(command: str) -> str | None:
     """Which part of Hermes sent ``command`` (e.g. "execute_code kernel"), or None: the agent's."""
     if len(command) > 16_000:  # every helper is far shorter; do not run regexes over megabytes
         return None
-    for kind, pattern in _compiled():
-        if pattern.fullmatch(command):
-            return kind
+    for index, head in enumerate(_HEADS):
+        if command.startswith(head) and _compiled(index).fullmatch(command):
+            return TEMPLATES[index][0]
     return None
 
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import builtins
-import hashlib
-import logging
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from hermes_sandboxes.backends.local import cgroups, paths
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
 from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound, Unsupported
-from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.identity import digest, unique_name, validate_name
 from hermes_sandboxes.lazy import lazy_module
 from hermes_sandboxes.sandbox import (
     NETWORK_MODES,
@@ -28,6 +25,8 @@ from hermes_sandboxes.sandbox import (
 )
 
 if TYPE_CHECKING:
+    import logging
+
     from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.store import Store
     from hermes_sandboxes.egress import policy
@@ -36,9 +35,14 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     storage = lazy_module("hermes_sandboxes.backends.local.store")
     policy = lazy_module("hermes_sandboxes.egress.policy")
 
-log = logging.getLogger(__name__)
 StoreKind = Literal["auto", "btrfs", "copy"]
 STORE_KINDS: tuple[StoreKind, ...] = ("auto", "btrfs", "copy")
+
+
+def _log() -> logging.Logger:
+    import logging  # only to warn about the store: not for the hot path of an exec
+
+    return logging.getLogger(__name__)
 
 
 def default_limits() -> Limits:
@@ -94,7 +98,7 @@ class LocalBackend(Backend):
 
     @property
     def key(self) -> str:
-        return "local-" + hashlib.sha256(str(self.home).encode()).hexdigest()[:12]
+        return "local-" + digest(str(self.home), 12)
 
     # environment -------------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
@@ -126,11 +130,11 @@ class LocalBackend(Backend):
         except Exception as exc:
             if self._store_kind != "auto" or recorded:
                 raise
-            log.warning("btrfs store unusable (%s); falling back to full copies", exc)
+            _log().warning("btrfs store unusable (%s); falling back to full copies", exc)
             store = storage.CopyStore(self.home)
             store.ensure()
         if isinstance(store, storage.CopyStore):
-            log.warning(storage.CopyStore.warning)
+            _log().warning(storage.CopyStore.warning)
         if not recorded:
             paths.write_json(self.home / "store.json", {"kind": store.kind})
         return store
@@ -285,6 +289,8 @@ def _validate_masks(masks: Sequence[str]) -> tuple[str, ...]:
 
 
 def _btrfs_possible() -> bool:
+    import shutil
+
     if shutil.which("mkfs.btrfs") is None:
         return False
     try:

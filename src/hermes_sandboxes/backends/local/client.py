@@ -8,7 +8,6 @@ child that inherited stdout must not make the caller wait forever.
 from __future__ import annotations
 
 import os
-import secrets
 import selectors
 import socket
 import threading
@@ -76,7 +75,7 @@ class LocalProcess(Process):
         self._pump_lock = threading.Lock()
         self._pumping: int | None = None  # the thread pumping now, if any
         self.pid: int | None = None
-        self.exec_id = secrets.token_hex(8)
+        self.exec_id = os.urandom(8).hex()
         self._group = freezer / f"x{self.exec_id}"
         if attach is not None:  # the caller's own descriptors (a terminal, say): no pipes of ours
             theirs, ours, in_w = list(attach), {}, -1

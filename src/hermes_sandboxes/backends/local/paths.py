@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.errors import InvalidInput, SandboxBusy
+from hermes_sandboxes.identity import digest
 
 DEFAULT_HOME = Path("/var/lib/hermes-sandboxes")
 HOME_ENV = "HERMES_SANDBOXES_HOME"
@@ -60,7 +60,7 @@ class Layout:
         return self.home / "run" / name
 
     def socket_file(self, name: str) -> Path:
-        return self.home / "s" / hashlib.sha256(name.encode()).hexdigest()[:_SOCKET_DIGEST]
+        return self.home / "s" / digest(name, _SOCKET_DIGEST)
 
     def lock_file(self, name: str) -> Path:
         return self.home / "locks" / f"{name}.lock"

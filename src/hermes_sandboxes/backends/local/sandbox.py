@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +35,8 @@ from hermes_sandboxes.sandbox import (
 from hermes_sandboxes.state import HostState
 
 if TYPE_CHECKING:
+    import subprocess
+
     from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff, trust
     from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.backend import LocalBackend
@@ -433,7 +434,7 @@ class LocalSandbox(Sandbox):
             store = self._backend.store
             store.ensure()
             store.gc(self.name)
-            checkpoint_id = f"ck-{secrets.token_hex(4)}"
+            checkpoint_id = f"ck-{os.urandom(4).hex()}"
             started = time.time()
             running = self._runtime() is not None
             if running:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local.cgroups import groupfs
+from hermes_sandboxes.identity import digest
 from hermes_sandboxes.sandbox import Limits
 
 PARENT_PREFIX = "hermes-sandboxes-"
@@ -47,7 +47,7 @@ def next_box(current: str | None) -> str:
 
 def store_dir_name(home: Path) -> str:
     """The shared parent group's name for the store at ``home``."""
-    return PARENT_PREFIX + hashlib.sha256(str(home).encode()).hexdigest()[:12]
+    return PARENT_PREFIX + digest(str(home), 12)
 
 
 def ceiling() -> Limits:
