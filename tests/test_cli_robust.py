@@ -297,6 +297,35 @@ def test_exec_imports_neither_click_rich_pydantic_nor_the_risk_parser_once_setti
     assert b"error: Invalid value for '--env' / '-e'" in done.stderr
 
 
+# What the exec fast path must never import again: each cost a CLI exec milliseconds of start-up
+# (benchmarks/bench_cli.py measures it; this guards it without a clock): the full CLI's frameworks,
+# settings validation, the risk parser, dataclasses (inspect, ast) and typing, hashlib (OpenSSL),
+# logging, subprocess, the store, launcher and egress policy of the local backend.
+_NOT_ON_THE_EXEC_PATH = {
+    "click", "rich", "pydantic", "yaml", "hermes_sandboxes.config", "hermes_sandboxes.settings",
+    "hermes_sandboxes.risk.scan", "hermes_sandboxes.risk.shell", "hermes_sandboxes.diffsummary",
+    "dataclasses", "inspect", "typing", "hashlib", "logging", "subprocess", "shutil", "secrets", "random",
+    "importlib.util", "hermes_sandboxes.backends.local.store", "hermes_sandboxes.backends.local.launcher",
+    "hermes_sandboxes.egress.policy",
+}
+
+
+def test_exec_of_a_plain_command_imports_only_what_running_and_recording_it_needs(
+        home: Path, box: LocalSandbox) -> None:
+    ok(home, "config")  # the full CLI validates the settings and caches them
+    ok(home, "exec", box.name, "--", "true")  # its init starts (that takes the launcher and the store)
+    # as the console script calls it (python -m would add runpy's own imports)
+    script = "import sys; from hermes_sandboxes.cli import main; main()"
+    done = subprocess.run([CLI[0], "-X", "importtime", "-c", script, "--home", str(home), "exec", box.name,
+                           "--", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+    modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
+               if line.startswith("import time:")}
+    assert done.returncode == 0, done
+    assert "hermes_sandboxes.recorder" in modules and "hermes_sandboxes.journal" in modules, modules
+    assert not _NOT_ON_THE_EXEC_PATH & modules, sorted(_NOT_ON_THE_EXEC_PATH & modules)
+    assert [r["command"] for r in log_of(home, box.name)] == ["true", "true"]  # recorded all the same
+
+
 def test_a_changed_config_file_is_validated_again(home: Path, box: LocalSandbox, tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[local]\nnetwork = 'loopback'\n")

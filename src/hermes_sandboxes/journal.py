@@ -25,16 +25,21 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError
+from hermes_sandboxes.values import dataclass, field
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, Literal, TypeVar
+
+    Trigger = Literal["manual", "auto", "agent"]
+    DeleteReason = Literal["manual", "retention"]
+    R = TypeVar("R", bound="RecordBase")
 
 SCHEMA_VERSION = 1
-Trigger = Literal["manual", "auto", "agent"]
 TRIGGERS: tuple[Trigger, ...] = ("manual", "auto", "agent")
-DeleteReason = Literal["manual", "retention"]
 DELETE_REASONS: tuple[DeleteReason, ...] = ("manual", "retention")
 RedactFn = Callable[[str], str]
 
@@ -51,6 +56,16 @@ _STRUCTURAL_FIELDS = frozenset({"v", "ts", "type", "sandbox", "id", "trigger", "
 def command_text(command: str | Sequence[str]) -> str:
     """The one-line form a command is recorded under (argv lists are shell-quoted)."""
     return command if isinstance(command, str) else shlex.join(command)
+
+
+def __getattr__(name: str) -> object:
+    """The type aliases ``Trigger`` and ``DeleteReason``, made when first asked for (by pydantic, or a
+    user's annotations): they need ``typing``, which the hot path of a CLI exec does not import."""
+    if name in ("Trigger", "DeleteReason"):
+        from typing import Literal
+
+        return Literal[TRIGGERS if name == "Trigger" else DELETE_REASONS]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,7 +333,6 @@ class AllowRecord(RecordBase):
 
 Record = (CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
           | CheckpointNamedRecord | DestroyRecord | EgressRecord | AllowRecord)
-R = TypeVar("R", bound=RecordBase)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
     for kind in (CreateRecord, ExecRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,

@@ -34,8 +34,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.journal import (
@@ -46,7 +44,6 @@ from hermes_sandboxes.journal import (
     CheckpointRecord,
     CheckpointStory,
     CreateRecord,
-    DeleteReason,
     DestroyRecord,
     ExecRecord,
     HealthCheck,
@@ -54,17 +51,10 @@ from hermes_sandboxes.journal import (
     RecordBase,
     RestoreRecord,
     Story,
-    Trigger,
     command_text,
     validate_trigger,
 )
-from hermes_sandboxes.risk import (
-    CHECKPOINT_POLICIES,
-    CheckpointPolicy,
-    RiskVerdict,
-    hermes_internal,
-    wants_checkpoint,
-)
+from hermes_sandboxes.risk import CHECKPOINT_POLICIES, RiskVerdict, hermes_internal, wants_checkpoint
 from hermes_sandboxes.risk.internal import is_hermes_scratch
 from hermes_sandboxes.sandbox import (
     Capability,
@@ -75,12 +65,18 @@ from hermes_sandboxes.sandbox import (
     OutputSink,
     Process,
     Sandbox,
-    Stdin,
 )
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
+from hermes_sandboxes.values import dataclass, field
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hermes_sandboxes.diffsummary import DiffSummary
+    from hermes_sandboxes.journal import DeleteReason, Trigger
+    from hermes_sandboxes.risk import CheckpointPolicy
+    from hermes_sandboxes.sandbox import Stdin
 
 DEFAULT_RETENTION = 10
 DEFAULT_MIN_AGE = 600.0  # seconds: an automatic checkpoint this young is never pruned

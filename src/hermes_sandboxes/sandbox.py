@@ -38,26 +38,44 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Literal
 
 from hermes_sandboxes.capture import BoundedCapture
 from hermes_sandboxes.errors import InvalidInput, SandboxUnreachable, Unsupported
+from hermes_sandboxes.values import dataclass, field
 
-# none: no network at all; loopback: a private 127.0.0.1 only; host: whatever the backend's host
-# reaches (the internet, for a cloud sandbox); proxy: only what ``SandboxSpec.allow`` names.
-NetworkMode = Literal["none", "loopback", "host", "proxy"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, Literal
+
+    # none: no network at all; loopback: a private 127.0.0.1 only; host: whatever the backend's host
+    # reaches (the internet, for a cloud sandbox); proxy: only what ``SandboxSpec.allow`` names.
+    NetworkMode = Literal["none", "loopback", "host", "proxy"]
+    # What a command reads: nothing, these bytes, or a binary stream read until its end (see Stdin rule).
+    Stdin = bytes | BinaryIO | None
+
 NETWORK_MODES: tuple[NetworkMode, ...] = ("none", "loopback", "host", "proxy")
 
 # A command is either an argv list (run as is) or a shell string (run by bash -c, or sh -c
 # where the sandbox has no bash).
 Command = str | Sequence[str]
 OutputSink = Callable[[bytes], None]
-# What a command reads: nothing, these bytes, or a binary stream read until its end (see Stdin rule).
-Stdin = bytes | BinaryIO | None
 
 TIMEOUT_EXIT_CODE = 124  # what `timeout(1)` and Hermes use for a command stopped by its deadline
 KILL_GRACE_S = 30.0  # how long exec waits for a killed command before calling the sandbox unreachable
+
+
+def __getattr__(name: str) -> object:
+    """The type aliases ``NetworkMode`` and ``Stdin``, made when first asked for (by pydantic, or a
+    user's annotations): they need ``typing``, which the hot path of a CLI exec does not import."""
+    if name == "NetworkMode":
+        from typing import Literal
+
+        return Literal[NETWORK_MODES]
+    if name == "Stdin":
+        from typing import BinaryIO
+
+        return bytes | BinaryIO | None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Capability(enum.StrEnum):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+
+from hermes_sandboxes.values import dataclass, field
 
 SecretLookup = Callable[[str], str | None]
 

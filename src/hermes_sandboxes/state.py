@@ -19,13 +19,15 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.journal import Journal, RedactFn
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hermes_sandboxes.leases import WriterLease
     from hermes_sandboxes.recorder import RecordedSandbox
     from hermes_sandboxes.sandbox import Backend, Sandbox

@@ -12,16 +12,17 @@ conformance suite).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import InvalidInput, MissingDependency
+from hermes_sandboxes.values import dataclass
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hermes_sandboxes.sandbox import Backend
     from hermes_sandboxes.settings import BackendSettings
 
@@ -41,6 +42,10 @@ class BackendEntry:
     from_values: str | None = None
 
     def missing(self) -> list[str]:
+        if not self.requires:  # (the local backend: its CLI exec need not import importlib.util)
+            return []
+        import importlib.util
+
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
 
@@ -84,7 +89,8 @@ def entry(name: str) -> BackendEntry:
 def _load(path: str, what: str) -> Any:
     module, _, attr = path.partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)
+        __import__(module)  # importlib.import_module, without importing importlib on the CLI's hot path
+        return getattr(sys.modules[module], attr)
     except (ImportError, AttributeError) as exc:
         raise MissingDependency(f"{what} is not available in this installation ({exc})") from exc
 

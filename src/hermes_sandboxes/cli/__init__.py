@@ -9,9 +9,11 @@ the command quietly (exit 130), not with a traceback.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     import click
 
 

@@ -11,12 +11,12 @@ share ``running.run_command`` and the same messages and exit codes, so a user ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from hermes_sandboxes.values import dataclass, field
 
 _POLICIES = ("auto", "always", "off")
 
 
-@dataclass
+@dataclass()
 class _Exec:
     backend: str | None = None
     config: str | None = None

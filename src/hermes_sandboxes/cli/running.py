@@ -18,16 +18,22 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, BinaryIO
 
 from hermes_sandboxes.cli import signals
-from hermes_sandboxes.cli.session import CliPolicy, Session, recorder_policy
+from hermes_sandboxes.cli.session import Session, recorder_policy
 from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
 from hermes_sandboxes.journal import command_text
 from hermes_sandboxes.recorder import RecordedProcess, StoriedCheckpoint
 from hermes_sandboxes.risk import hermes_internal
-from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink, Stdin
+from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink
+from hermes_sandboxes.values import dataclass
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+    from hermes_sandboxes.cli.session import CliPolicy
+    from hermes_sandboxes.sandbox import Stdin
 
 KILLED_EXIT_CODE = 137  # 128 + SIGKILL
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a pipeline member SIGPIPE killed

@@ -15,11 +15,15 @@ from hermes_sandboxes import backends
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
-from hermes_sandboxes.cli.session import CLI_POLICIES, CliPolicy, Workspace
+from hermes_sandboxes.cli.session import CLI_POLICIES, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, SandboxSpec
 from hermes_sandboxes.units import parse_size
+
+TYPE_CHECKING = False  # (as in session.py, where CliPolicy exists only for type checkers)
+if TYPE_CHECKING:
+    from hermes_sandboxes.cli.session import CliPolicy
 
 EXIT_SANDBOX_FAILED = 125  # as `docker run`: the sandbox failed, not the command
 EXIT_CANCELLED = 1

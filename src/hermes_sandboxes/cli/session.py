@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
 
 from hermes_sandboxes import backends
 from hermes_sandboxes.cli import settings_cache
@@ -33,11 +32,15 @@ from hermes_sandboxes.sandbox import (
 from hermes_sandboxes.secrets import Redactor
 from hermes_sandboxes.state import HostState
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:  # both import what the hot path (exec) avoids: pydantic, the risk parser
+    from typing import Any, Literal
+
     from hermes_sandboxes import config
     from hermes_sandboxes.risk import CheckpointPolicy
 
-CliPolicy = Literal["auto", "always", "off"]
+    CliPolicy = Literal["auto", "always", "off"]
+
 CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
 # The CLI says "auto" (what a user expects to type); the recorder calls the same policy "risky".
 _RECORDER_POLICY: dict[str, CheckpointPolicy] = {"auto": "risky", "always": "always", "off": "off"}

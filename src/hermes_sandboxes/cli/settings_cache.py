@@ -17,9 +17,12 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from hermes_sandboxes.identity import digest
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_ENTRIES = 8
 _CODE = ("settings.py", "config.py", "backends/local/settings.py")

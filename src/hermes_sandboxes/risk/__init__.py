@@ -29,17 +29,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.risk.internal import HERMES_SCRATCH_GLOBS, hermes_internal, internal_write_target
+from hermes_sandboxes.values import dataclass
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    CheckpointPolicy = Literal["off", "risky", "always"]
 
 __all__ = ["CHECKPOINT_POLICIES", "HERMES_SCRATCH_GLOBS", "CheckpointPolicy", "RiskVerdict", "classify",
            "hermes_internal", "wants_checkpoint"]
 
-CheckpointPolicy = Literal["off", "risky", "always"]
 CHECKPOINT_POLICIES: tuple[CheckpointPolicy, ...] = ("off", "risky", "always")
+
+
+def __getattr__(name: str) -> object:
+    """The type alias ``CheckpointPolicy``, made when first asked for (by pydantic, or a
+    user's annotations): they need ``typing``, which the hot path of a CLI exec does not import."""
+    if name == "CheckpointPolicy":
+        from typing import Literal
+
+        return Literal[CHECKPOINT_POLICIES]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # A command line this plain cannot destroy anything: one program from a short list of ones that

@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
 from hermes_sandboxes.backends.local import cgroups, paths
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
@@ -24,8 +23,12 @@ from hermes_sandboxes.sandbox import (
     SandboxSpec,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
     import logging
+    from typing import Literal
+
+    StoreKind = Literal["auto", "btrfs", "copy"]
 
     from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.store import Store
@@ -35,7 +38,6 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     storage = lazy_module("hermes_sandboxes.backends.local.store")
     policy = lazy_module("hermes_sandboxes.egress.policy")
 
-StoreKind = Literal["auto", "btrfs", "copy"]
 STORE_KINDS: tuple[StoreKind, ...] = ("auto", "btrfs", "copy")
 
 

@@ -14,12 +14,17 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from hermes_sandboxes.backends.local import cgroups, protocol
 from hermes_sandboxes.errors import ExecFailed
 from hermes_sandboxes.pump import SinkGuard
-from hermes_sandboxes.sandbox import OutputSink, Process, Stdin
+from hermes_sandboxes.sandbox import OutputSink, Process
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+    from hermes_sandboxes.sandbox import Stdin
 
 _CHUNK = 65536
 

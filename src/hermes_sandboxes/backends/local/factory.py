@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.backends.local.backend import LocalBackend
 from hermes_sandboxes.errors import InvalidInput
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hermes_sandboxes.egress.broker import SecretLookup
     from hermes_sandboxes.settings import BackendSettings
 

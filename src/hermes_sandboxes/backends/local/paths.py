@@ -18,10 +18,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from hermes_sandboxes.errors import InvalidInput, SandboxBusy
 from hermes_sandboxes.identity import digest
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_HOME = Path("/var/lib/hermes-sandboxes")
 HOME_ENV = "HERMES_SANDBOXES_HOME"

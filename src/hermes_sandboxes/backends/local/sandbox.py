@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.backends.local import cgroups, client, fileops, incarnation, paths, protocol
 from hermes_sandboxes.errors import (
@@ -30,17 +28,20 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
-    Stdin,
 )
 from hermes_sandboxes.state import HostState
+from hermes_sandboxes.values import replace
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
     from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff, trust
     from hermes_sandboxes.backends.local import store as storage
     from hermes_sandboxes.backends.local.backend import LocalBackend
     from hermes_sandboxes.egress import policy
+    from hermes_sandboxes.sandbox import Stdin
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs none of them
     egress = lazy_module("hermes_sandboxes.backends.local.egress")
     hiding = lazy_module("hermes_sandboxes.backends.local.hiding")
@@ -246,7 +247,7 @@ class LocalSandbox(Sandbox):
                                    "only applies to network 'proxy'")
             meta = paths.read_json(self._meta_file)
             assert isinstance(meta, dict)
-            self.spec = dataclasses.replace(self.spec, allow=entries)
+            self.spec = replace(self.spec, allow=entries)
             meta["spec"] = self.spec.to_dict()
             paths.write_json(self._meta_file, meta)
             if self._run.is_dir():

@@ -8,9 +8,7 @@ what is missing, for ``doctor`` and for the backend's availability check; it cre
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hermes_sandboxes.backends.local.cgroups import hierarchies
 from hermes_sandboxes.backends.local.cgroups.base import (
@@ -27,6 +25,11 @@ from hermes_sandboxes.backends.local.cgroups.hierarchies import UNIFIED, Hierarc
 from hermes_sandboxes.backends.local.cgroups.v1 import V1Cgroups
 from hermes_sandboxes.backends.local.cgroups.v2 import LIMIT_CONTROLLERS, V2Cgroups
 from hermes_sandboxes.errors import BackendUnavailable
+from hermes_sandboxes.values import dataclass, field
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "BOX", "BOXES", "LIMIT_CONTROLLERS", "PARENT_PREFIX", "Probe", "SandboxCgroups", "ceiling", "for_sandbox",
@@ -38,7 +41,7 @@ _V2_FREEZE = (5, 2)  # cgroup.freeze
 _V2_KILL = (5, 14)  # cgroup.kill
 
 
-@dataclass
+@dataclass()
 class Probe:
     """What this host offers: the version in use, the hierarchies a sandbox joins (and the
     directory its store's groups go under in each), the limit controllers, and problems."""

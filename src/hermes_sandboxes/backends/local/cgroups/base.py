@@ -21,16 +21,19 @@ cgroups in every hierarchy cost tens of milliseconds on a busy host.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from hermes_sandboxes.backends.local.cgroups import groupfs
 from hermes_sandboxes.identity import digest
 from hermes_sandboxes.sandbox import Limits
+from hermes_sandboxes.values import replace
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
+if TYPE_CHECKING:
+    from typing import Any
 
 PARENT_PREFIX = "hermes-sandboxes-"
 BOX = "box"
@@ -135,7 +138,7 @@ class SandboxCgroups(ABC):
     def apply(self, limits: Limits) -> None:
         top = ceiling()
         if limits.cpus and top.cpus:  # v1 refuses a child quota above its parent's: never ask for it
-            limits = dataclasses.replace(limits, cpus=min(limits.cpus, top.cpus))
+            limits = replace(limits, cpus=min(limits.cpus, top.cpus))
         self._write_limits({k: Path(d) for k, d in self.dirs.items()}, limits)
 
     @abstractmethod

@@ -8,8 +8,9 @@ machine kind).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from hermes_sandboxes.values import dataclass
 
 UNIFIED = "unified"
 
