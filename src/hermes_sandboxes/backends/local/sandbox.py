@@ -34,7 +34,6 @@ from hermes_sandboxes.values import replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
-    import subprocess
     from typing import Any
 
     from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff, trust
