@@ -13,6 +13,7 @@ settings cache the fast path reads).
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -44,6 +45,11 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def bench(runs: int, root: Path) -> dict[str, object]:
+    # the package's bytecode written as an installed package has it (pip compiles at install): a
+    # checkout run with PYTHONDONTWRITEBYTECODE would otherwise compile every changed module per call
+    import hermes_sandboxes
+
+    compileall.compile_dir(Path(hermes_sandboxes.__file__).parent, quiet=1)
     env = {**os.environ, "HERMES_SANDBOXES_HOME": str(root / "home"), "HERMES_SANDBOXES_STATE": str(root / "state"),
            "HERMES_SANDBOXES_CONFIG": str(root / "config.toml")}
     subprocess.run([*CLI, "create", "bench"], env=env, check=True, capture_output=True)
