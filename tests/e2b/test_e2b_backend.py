@@ -284,8 +284,8 @@ def test_errors_are_mapped_and_never_show_the_key(fake: FakeE2B, backend: E2BBac
 
 
 def test_a_spec_picks_posture_template_and_labels_and_the_rest_is_refused(fake: FakeE2B, backend: E2BBackend) -> None:
-    for spec in (SandboxSpec(network="proxy", allow=("example.com",)), SandboxSpec(limits=Limits(pids=10)),
-                 SandboxSpec(idle_timeout=60)):
+    for spec in (SandboxSpec(network="proxy", allow=("*",)), SandboxSpec(network="proxy", allow=("::1",)),
+                 SandboxSpec(limits=Limits(pids=10)), SandboxSpec(idle_timeout=60)):
         with pytest.raises(Unsupported):
             backend.open("refused", spec)
     assert not fake.calls("POST", "/v2/sandboxes")
@@ -359,5 +359,55 @@ def test_the_settings_spec_keeps_the_internet_setting(fake: FakeE2B, internet: b
     with E2BBackend(settings, api_key=API_KEY, profile=f"/profiles/{secrets.token_hex(4)}", api_url=fake.url,
                     sandbox_url=fake.url) as backend, opened(backend, spec=settings.spec()) as sb:
         (create,) = fake.calls("POST", "/v2/sandboxes")
-        assert create.body["allow_internet_access"] is internet and sb.internet is internet
+        assert create.body["allow_internet_access"] is internet and sb.posture.internet is internet
         assert sb.scope == scope_digest(backend.profile, "work", settings, persistent=True)
+
+
+def test_an_allow_list_becomes_e2bs_egress_rules_and_changes_in_place(fake: FakeE2B, backend: E2BBackend) -> None:
+    spec = SandboxSpec(network="proxy", allow=("@pypi", "*.example.com", "203.0.113.7", "198.51.100.0/24:*"))
+    with opened(backend, "fenced", spec=spec) as sb:
+        (create,) = fake.calls("POST", "/v2/sandboxes")
+        assert create.body["network"] == {  # deny everything, allow what the list names (presets expanded)
+            "allowOut": ["pypi.org", "files.pythonhosted.org", "*.example.com", "203.0.113.7", "198.51.100.0/24"],
+            "denyOut": ["0.0.0.0/0"]}
+        assert create.body["allow_internet_access"] is False  # fail closed should the rules be ignored
+        assert sb.info().spec == SandboxSpec(network="proxy", allow=spec.allow)
+        assert [i.spec.network for i in backend.list()] == ["proxy"]
+        other = backend.settings.model_copy(update={"allow": ("@npm",)})
+        assert sb.scope != scope_digest(backend.profile, "fenced", other, persistent=True)  # the list is identity
+
+        sb.set_allow(["@github", "127.0.0.1:8080"])  # a running sandbox, no restart
+        (update,) = fake.calls("PUT", f"/sandboxes/{sb.sandbox_id}/network")
+        assert update.body["allowOut"] == ["github.com", "api.github.com", "codeload.github.com",
+                                           "*.githubusercontent.com", "127.0.0.1"]
+        assert update.body["denyOut"] == ["0.0.0.0/0"]
+        assert fake.sandbox(sb.sandbox_id).network["allowOut"][-1] == "127.0.0.1"
+        assert backend.get("fenced").info().spec.allow == ("@github", "127.0.0.1:8080")
+        with pytest.raises(Unsupported):
+            sb.set_allow(["*"])  # what E2B cannot say changes nothing
+        with pytest.raises(InvalidInput):
+            sb.set_allow(["not a host!"])
+        assert len(fake.calls("PUT", f"/sandboxes/{sb.sandbox_id}/network")) == 1
+        # the entries as set are kept inside the sandbox: a command rewriting them cannot make info() lie
+        sb.exec("echo '[\"evil.example\"]' > ~/.cache/hermes-sandboxes/allow.json")
+        assert sb.info().spec.allow == tuple(update.body["allowOut"])  # E2B's own rules instead
+
+        ck = sb.checkpoint()
+        sb.restore(ck.id)  # the replacement gets the rules in force, not the ones it was made with
+        restored = fake.calls("POST", "/v2/sandboxes")[-1]
+        assert restored.body["network"]["allowOut"] == update.body["allowOut"]
+        assert sb.info().spec.allow == ("@github", "127.0.0.1:8080")
+    with opened(backend, "open-net") as plain, pytest.raises(InvalidInput, match="only to network 'proxy'"):
+        plain.set_allow(["pypi.org"])
+
+
+def test_the_allow_setting_gives_a_proxy_spec_and_is_refused_without_internet() -> None:
+    settings = validate_settings(E2BSettings, {"allow": ["@pypi"]}, where="s")
+    assert settings.spec() == SandboxSpec(network="proxy", allow=("@pypi",))
+    with pytest.raises(InvalidSettings) as exc:
+        validate_settings(E2BSettings, {"allow_internet_access": False, "allow": ["@pypi"]}, where="s")
+    assert exc.value.key == "s.allow"
+    with pytest.raises(InvalidSettings, match="preset"):
+        validate_settings(E2BSettings, {"allow": ["@nope"]}, where="s")
+    assert scope_digest("/p", "n", settings, persistent=True) != scope_digest("/p", "n", E2BSettings(),
+                                                                            persistent=True)

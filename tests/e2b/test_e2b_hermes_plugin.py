@@ -84,3 +84,17 @@ def test_a_command_with_a_long_deadline_gets_its_lease_before_it_starts(fake: Fa
     fake.clear_requests()
     assert run("echo short", 30)["exit_code"] == 0
     assert not [r for r in fake.requests if r.path.endswith("/connect")]  # covered: no request
+
+
+def test_the_allow_setting_fences_the_sandbox_with_e2bs_egress_rules(fake: FakeE2B, hermes_home: Path) -> None:
+    from model_tools import handle_function_call
+
+    config = yaml.safe_load((hermes_home / "config.yaml").read_text())
+    config["plugins"]["entries"]["e2b"]["settings"]["allow"] = ["@pypi", "*.internal.example"]
+    (hermes_home / "config.yaml").write_text(yaml.safe_dump(config))
+    result = json.loads(handle_function_call("terminal", {"command": "echo fenced"}, task_id="t-e2b-allow"))
+    assert result["exit_code"] == 0 and result["output"].strip() == "fenced", result
+    (create,) = fake.calls("POST", "/v2/sandboxes")
+    assert create.body["network"] == {"allowOut": ["pypi.org", "files.pythonhosted.org", "*.internal.example"],
+                                      "denyOut": ["0.0.0.0/0"]}
+    assert create.body["metadata"]["hermes_sandboxes_network"] == "proxy"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from hermes_sandboxes.sandbox import SandboxSpec
 from hermes_sandboxes.settings import (
     BackendSettings,
     _absolute_path,
+    _allow_list,
     _flag,
     _require_text,
     _text_mapping,
@@ -42,13 +43,24 @@ class E2BSettings(BackendSettings):
     command_grace_seconds: int = Field(default=DEFAULT_COMMAND_GRACE_SECONDS,
                                        description="lease headroom beyond a command's timeout")
     allow_internet_access: bool = True
+    # an egress allow-list (network "proxy"): None for none; mapped onto E2B's rules (e2b/network.py)
+    allow: tuple[str, ...] | None = None
     secure: bool = True
     metadata: dict[str, str] = Field(default_factory=dict)
 
     def spec(self) -> SandboxSpec:
         """The posture the settings ask for: the backend reads a spec's network as internet access,
         so the default spec (no network) would silently deny it."""
+        if self.allow is not None:
+            return SandboxSpec(network="proxy", allow=self.allow)
         return SandboxSpec(network="host" if self.allow_internet_access else "none")
+
+    @field_validator("allow", mode="before")
+    @classmethod
+    def _allow(cls, value: object, info: ValidationInfo) -> tuple[str, ...]:
+        if info.data.get("allow_internet_access") is False:
+            raise ValueError("allow_internet_access: false denies all egress; remove it to use an allow-list")
+        return _allow_list(value)
 
     @field_validator("backend", mode="before")
     @classmethod

@@ -32,7 +32,7 @@ class E2BProvider(SandboxProvider):
         "Install the SDK in Hermes's Python: pip install -e '/path/to/checkout[hermes,e2b]'.",
         "Put E2B_API_KEY=... in the profile's .env; E2B_API_URL, E2B_SANDBOX_URL and E2B_DOMAIN are honoured.",
         "Optional settings: template, cwd, lease_seconds, command_grace_seconds, allow_internet_access, "
-        "secure, metadata, auto_checkpoint, retention, credentials.",
+        "allow (an egress allow-list), secure, metadata, auto_checkpoint, retention, credentials.",
     )
 
     def make_backend(self, settings: BackendSettings) -> Backend:

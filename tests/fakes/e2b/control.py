@@ -9,6 +9,10 @@
   page of listed sandboxes; ``x-next-token`` names the next page.
 - ``GET /sandboxes/{id}``, ``DELETE /sandboxes/{id}`` (204), ``POST /sandboxes/{id}/pause`` (204,
   409 when already paused), ``POST /sandboxes/{id}/timeout`` (sets the lease, shorter or longer).
+- ``PUT /sandboxes/{id}/network`` ``{allowOut, denyOut, ...}`` (204): replaces the egress rules of a
+  running sandbox (409 when paused). Create takes the same rules under ``network``; both are
+  checked as the API documents them (400) and kept (``GET /sandboxes/{id}`` shows them). The fake
+  records the rules; it does not enforce them (its sandboxes have no network at all).
 - ``POST /sandboxes/{id}/snapshots`` ``{name?}`` -> 201 ``{snapshotID, names}``;
   ``GET /snapshots?sandboxID=&name=&limit=&nextToken=``; ``DELETE /templates/{snapshotID}`` (204).
 Errors are ``{"code": n, "message": ...}`` with the HTTP status ``n``.
@@ -24,7 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from .envd import Receive, Scope, Send, read_body, respond, respond_json
-from .world import FakeSandbox, Recorded, World
+from .world import FakeSandbox, InvalidRules, Recorded, World, egress_rules
 
 Handler = Callable[..., Awaitable[None]]
 
@@ -44,6 +48,7 @@ class ControlPlane:
             ("DELETE", re.compile(r"/sandboxes/(?P<sid>[^/]+)"), self.delete),
             ("POST", re.compile(r"/sandboxes/(?P<sid>[^/]+)/pause"), self.pause),
             ("POST", re.compile(r"/sandboxes/(?P<sid>[^/]+)/timeout"), self.set_timeout),
+            ("PUT", re.compile(r"/sandboxes/(?P<sid>[^/]+)/network"), self.update_network),
             ("POST", re.compile(r"/sandboxes/(?P<sid>[^/]+)/snapshots"), self.create_snapshot),
             ("GET", re.compile(r"/snapshots"), self.list_snapshots),
             ("DELETE", re.compile(r"/templates/(?P<tid>.+)"), self.delete_snapshot),
@@ -85,6 +90,11 @@ class ControlPlane:
         if timeout is not None and (not isinstance(timeout, int) or timeout <= 0 or timeout > 86400):
             await respond_json(send, 400, {"code": 400, "message": "timeout must be 1..86400 seconds"})
             return
+        try:
+            egress_rules(body.get("network"))
+        except InvalidRules as exc:
+            await respond_json(send, 400, {"code": 400, "message": str(exc)})
+            return
         sb = await self.blocking(self.world.create, body)
         record.sandbox_id = sb.sandbox_id
         if self.world.take_fault("POST", "/v2/sandboxes", ("drop",)):
@@ -116,7 +126,7 @@ class ControlPlane:
         sb = await self._sandbox(send, sid)
         if sb is not None:
             detail = {**sb.listed(), "envdAccessToken": sb.access_token, "domain": None,
-                      "allowInternetAccess": sb.allow_internet_access,
+                      "allowInternetAccess": sb.allow_internet_access, "network": dict(sb.network),
                       "lifecycle": {"onTimeout": "pause" if sb.auto_pause else "kill", "autoResume": False}}
             await respond_json(send, 200, detail)
 
@@ -141,6 +151,24 @@ class ControlPlane:
         if sb is not None:
             sb.end_at = self.world.clock() + int((body or {}).get("timeout", 0))
             await respond(send, 204)
+
+    async def update_network(self, send: Send, record: Recorded, body: Any, sid: str) -> None:
+        """Replace the egress rules of a running sandbox (fields left out are cleared)."""
+        sb = await self._sandbox(send, sid)
+        if sb is None:
+            return
+        if sb.state != "running":
+            await respond_json(send, 409, {"code": 409, "message": f"sandbox {sid} is not running"})
+            return
+        try:
+            rules = egress_rules(body or {})
+        except InvalidRules as exc:
+            await respond_json(send, 400, {"code": 400, "message": str(exc)})
+            return
+        sb.network = rules
+        if (body or {}).get("allow_internet_access") is not None:
+            sb.allow_internet_access = body["allow_internet_access"]
+        await respond(send, 204)
 
     # snapshots -----------------------------------------------------------------------------------
     async def create_snapshot(self, send: Send, record: Recorded, body: Any, sid: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import re
 import secrets
@@ -189,6 +190,7 @@ class FakeSandbox:
     auto_pause_memory: bool | None
     allow_internet_access: bool | None
     timeout_s: int
+    network: dict[str, list[str]]  # the egress rules as the API keeps them: allowOut, denyOut
     access_token: str
     started_at: float = field(default_factory=time.time)
     end_at: float = 0.0
@@ -209,6 +211,35 @@ class FakeSandbox:
     def created(self) -> dict[str, Any]:
         return {"templateID": self.template_id, "sandboxID": self.sandbox_id, "clientID": "fake",
                 "envdVersion": ENVD_VERSION, "envdAccessToken": self.access_token, "domain": None}
+
+
+class InvalidRules(ValueError):
+    """Egress rules the API refuses (HTTP 400)."""
+
+
+def _ipv4_network(text: str) -> bool:
+    try:
+        ipaddress.IPv4Network(text, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+def egress_rules(network: Any) -> dict[str, list[str]]:
+    """The ``allowOut``/``denyOut`` of a create or update body, checked as the API documents them:
+    allowed entries are IPv4 addresses or networks, names or ``*.domain`` wildcards (a bare ``*``
+    is invalid); denied entries are addresses or networks only."""
+    if not network:
+        return {"allowOut": [], "denyOut": []}
+    allow, deny = list(network.get("allowOut") or []), list(network.get("denyOut") or [])
+    for entry in allow:
+        name = entry[2:] if entry.startswith("*.") else entry
+        if not _ipv4_network(entry) and not re.fullmatch(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*", name):
+            raise InvalidRules(f"allowOut entry {entry!r} is neither an IPv4 address, a CIDR block nor a domain")
+    for entry in deny:
+        if not _ipv4_network(entry):
+            raise InvalidRules(f"denyOut entry {entry!r}: domain names are not supported for deny rules")
+    return {"allowOut": allow, "denyOut": deny}
 
 
 class World:
@@ -273,6 +304,7 @@ class World:
             metadata=dict(body.get("metadata") or {}), envs=dict(body.get("envVars") or {}),
             auto_pause=bool(body.get("autoPause", False)), auto_pause_memory=body.get("autoPauseMemory"),
             allow_internet_access=body.get("allow_internet_access"), timeout_s=timeout,
+            network=egress_rules(body.get("network")),
             access_token=secrets.token_urlsafe(16),
         )
         sb.started_at = self.clock()

@@ -15,6 +15,7 @@ import e2b
 
 from hermes_sandboxes.backends.e2b.faults import map_error, transient
 from hermes_sandboxes.backends.e2b.identity import (
+    ALLOW_KEY,
     API_KEY_ENV,
     CREATED_KEY,
     EPHEMERAL_FLOOR_S,
@@ -29,7 +30,8 @@ from hermes_sandboxes.backends.e2b.identity import (
     lifecycle,
     scope_digest,
 )
-from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox, _info
+from hermes_sandboxes.backends.e2b.network import Posture, egress_rules
+from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox, _info, posture_in
 from hermes_sandboxes.backends.e2b_settings import E2BSettings
 from hermes_sandboxes.errors import (
     BackendUnavailable,
@@ -57,7 +59,8 @@ class E2BBackend(Backend):
     """Sandboxes in one E2B account (``E2B_API_KEY``), as seen by one profile."""
 
     name = "e2b"
-    capabilities = frozenset({Capability.CHECKPOINTS, Capability.DELETE_CHECKPOINTS, Capability.FORK})
+    capabilities = frozenset({Capability.CHECKPOINTS, Capability.DELETE_CHECKPOINTS, Capability.FORK,
+                              Capability.EGRESS_ALLOWLIST})
 
     def __init__(self, settings: E2BSettings | None = None, *, api_key: str | None = None,
                  profile: str | None = None, api_url: str | None = None, sandbox_url: str | None = None,
@@ -134,8 +137,7 @@ class E2BBackend(Backend):
                   settings: E2BSettings | None = None) -> dict[str, str]:
         return {**(settings or self.settings).metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name,
                 OWNER_KEY: self.owner, EPHEMERAL_KEY: "true" if ephemeral else "false",
-                NETWORK_KEY: "host" if (settings or self.settings).allow_internet_access else "none",
-                CREATED_KEY: f"{time.time():.3f}"}
+                **_network_metadata(posture_of(settings or self.settings)), CREATED_KEY: f"{time.time():.3f}"}
 
     def lease(self, ephemeral: bool) -> int:
         if ephemeral:  # an idle ephemeral sandbox must outlive the reaper that cleans it up
@@ -144,9 +146,12 @@ class E2BBackend(Backend):
 
     # the contract --------------------------------------------------------------------------------
     def check_spec(self, spec: SandboxSpec) -> None:
-        """E2B sizes a sandbox by its template and knows two network postures; it keeps the lease
-        in the settings. Anything else in a spec is refused, never ignored."""
+        """E2B sizes a sandbox by its template; its network is the internet, nothing, or an
+        allow-list in E2B's own egress rules (refused when E2B cannot express an entry); it keeps
+        the lease in the settings. Anything else in a spec is refused, never ignored."""
         super().check_spec(spec)
+        if spec.network == "proxy":
+            egress_rules(spec.allow)
         if spec.idle_timeout is not None:
             raise Unsupported("the e2b backend takes its lease from the setting lease_seconds, not from "
                               "the spec's idle_timeout")
@@ -156,13 +161,15 @@ class E2BBackend(Backend):
 
     def _effective(self, spec: SandboxSpec | None) -> E2BSettings:
         """The settings a sandbox is made with. A spec's network picks the posture: "host" has the
-        internet, "none" and "loopback" deny all egress (the sandbox's own loopback stays); its
-        image names the template; its labels join the metadata (the identity keys still win)."""
+        internet, "none" and "loopback" deny all egress (the sandbox's own loopback stays), "proxy"
+        reaches its allow-list; its image names the template; its labels join the metadata (the
+        identity keys still win)."""
         if spec is None:
             return self.settings
         self.check_spec(spec)
         return self.settings.model_copy(update={
-            "allow_internet_access": spec.network == "host",
+            "allow_internet_access": spec.network in ("host", "proxy"),
+            "allow": tuple(spec.allow) if spec.network == "proxy" else None,
             "template": spec.image or self.settings.template,
             "metadata": {**self.settings.metadata, **spec.labels},
         })
@@ -174,7 +181,7 @@ class E2BBackend(Backend):
         found = self._adoptable(scope, name)
         if found is not None:
             return self._attach(found.sandbox_id, name, scope, ephemeral=False, created=False,
-                                internet=settings.allow_internet_access)
+                                posture=posture_of(settings))
         # A persistent sandbox of this name made with another template or security posture is a
         # different identity: a new one is made beside it (it pauses on its own). An ephemeral one
         # of this name is never adopted, and never shadowed either.
@@ -204,7 +211,8 @@ class E2BBackend(Backend):
     def fork(self, source: E2BSandbox, new_name: str, snapshot_id: str) -> E2BSandbox:
         """A new persistent sandbox ``new_name`` started from ``snapshot_id`` (see E2BSandbox.fork)."""
         validate_name(new_name)
-        settings = self.settings.model_copy(update={"allow_internet_access": source.internet})
+        settings = self.settings.model_copy(update={"allow_internet_access": source.posture.internet,
+                                                    "allow": source.posture.allow})
         scope = scope_digest(self.profile, new_name, settings, persistent=True)
         if self._adoptable(scope, new_name) is not None:
             raise SandboxExists(f"an E2B sandbox named {new_name} already exists; pick another name")
@@ -221,7 +229,7 @@ class E2BBackend(Backend):
         info = found[0]
         ephemeral = info.metadata.get(EPHEMERAL_KEY) == "true"
         return self._attach(info.sandbox_id, name, info.metadata.get(SCOPE_KEY, ""), ephemeral=ephemeral,
-                            created=False)
+                            created=False, posture=posture_in(info.metadata))
 
     def list(self) -> builtins.list[SandboxInfo]:
         found = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner}, "list sandboxes")
@@ -236,8 +244,7 @@ class E2BBackend(Backend):
             sdk = e2b.Sandbox.create(
                 template=template or settings.template, timeout=lease,
                 metadata=self._metadata(name, scope, ephemeral, settings),
-                allow_internet_access=settings.allow_internet_access, lifecycle=lifecycle(not ephemeral),
-                **self.opts)
+                **posture_of(settings).create_options(), lifecycle=lifecycle(not ephemeral), **self.opts)
         except Exception as exc:
             error = map_error(exc, f"create sandbox {name}", self.redactor)
             if transient(exc):
@@ -248,20 +255,30 @@ class E2BBackend(Backend):
                         log.warning("E2B: the reply to creating %s was lost; found it as %s", name,
                                     found.sandbox_id)
                         return self._attach(found.sandbox_id, name, scope, ephemeral=ephemeral, created=True,
-                                            internet=settings.allow_internet_access)
+                                            posture=posture_of(settings))
             if getattr(exc, "status_code", None) == 404:  # what create answers for an unknown template
                 raise InvalidInput(f"{error}; check the template (setting template, or the spec's image)") from None
             raise error from None
         return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=True,
-                          internet=settings.allow_internet_access, lease_until=lease_until)
+                          posture=posture_of(settings), lease_until=lease_until)
 
     def _attach(self, sandbox_id: str, name: str, scope: str, *, ephemeral: bool, created: bool,
-                internet: bool | None = None) -> E2BSandbox:
+                posture: Posture | None = None) -> E2BSandbox:
         lease = lease_request(self.lease(ephemeral))
         lease_until = time.monotonic() + lease
         sdk = self.call(f"connect to sandbox {name}",
                         lambda: e2b.Sandbox.connect(sandbox_id, timeout=lease, **self.opts))
-        if internet is None:
-            internet = self.settings.allow_internet_access
-        return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=created, internet=internet,
+        return E2BSandbox(self, sdk, name, scope, ephemeral=ephemeral, created=created,
+                          posture=posture or posture_of(self.settings),
                           lease_until=lease_until)
+
+
+def posture_of(settings: E2BSettings) -> Posture:
+    return Posture(internet=settings.allow_internet_access, allow=settings.allow)
+
+
+def _network_metadata(posture: Posture) -> dict[str, str]:
+    """What ``ls`` and ``get`` read back: the mode, and a "proxy" sandbox's allow-list as made."""
+    if posture.allow is None:
+        return {NETWORK_KEY: posture.label}
+    return {NETWORK_KEY: posture.label, ALLOW_KEY: " ".join(posture.allow)}

@@ -15,7 +15,8 @@ NAME_KEY = "hermes_sandboxes_name"  # our contract name, for ls/get
 OWNER_KEY = "hermes_sandboxes_owner"  # digest of the profile: list() shows this profile's sandboxes
 EPHEMERAL_KEY = "hermes_sandboxes_ephemeral"
 CREATED_KEY = "hermes_sandboxes_created"
-NETWORK_KEY = "hermes_sandboxes_network"  # "host" (internet) or "none" (no egress), for ls
+NETWORK_KEY = "hermes_sandboxes_network"  # "host" (internet), "none" (no egress) or "proxy", for ls
+ALLOW_KEY = "hermes_sandboxes_allow"  # the allow-list a "proxy" sandbox was made with, space-separated
 EPHEMERAL_FLOOR_S = 60 + 60  # one Hermes reaper interval + one control-plane request timeout
 LEASE_HEADROOM_MAX_S = 30
 
@@ -23,10 +24,17 @@ LEASE_HEADROOM_MAX_S = 30
 def scope_digest(profile: str, name: str, settings: E2BSettings, *, persistent: bool) -> str:
     """The identity digest, byte-compatible with the existing E2B plugin's."""
     raw = "\0".join((profile, name or "default", settings.template,
-                     "persistent" if persistent else "ephemeral",
-                     "net" if settings.allow_internet_access else "nonet",
+                     "persistent" if persistent else "ephemeral", _network_posture(settings),
                      "secure" if settings.secure else "insecure"))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
+
+
+def _network_posture(settings: E2BSettings) -> str:
+    """The existing plugin's "net"/"nonet", or (ours only) the allow-list's own digest: another
+    list is another posture, hence another sandbox."""
+    if settings.allow is None:
+        return "net" if settings.allow_internet_access else "nonet"
+    return "allow:" + hashlib.sha256("\0".join(sorted(settings.allow)).encode()).hexdigest()[:16]
 
 
 def lifecycle(persistent: bool) -> e2b.SandboxLifecycle:

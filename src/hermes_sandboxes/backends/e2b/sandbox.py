@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -11,12 +12,13 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import e2b
 
 from hermes_sandboxes.backends.e2b.identity import (
+    ALLOW_KEY,
     CREATED_KEY,
     EPHEMERAL_KEY,
     NAME_KEY,
@@ -24,7 +26,9 @@ from hermes_sandboxes.backends.e2b.identity import (
     lease_request,
     lifecycle,
 )
+from hermes_sandboxes.backends.e2b.network import Posture, allow_in_effect, egress_rules
 from hermes_sandboxes.backends.e2b.process import E2BProcess
+from hermes_sandboxes.egress import policy
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     InvalidInput,
@@ -38,7 +42,6 @@ from hermes_sandboxes.sandbox import (
     Process,
     Sandbox,
     SandboxInfo,
-    SandboxSpec,
     SandboxState,
     Stdin,
 )
@@ -50,6 +53,15 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 SNAPSHOT_PREFIX = "hs-"
 CHECKPOINT_INDEX = ".cache/hermes-sandboxes/checkpoints.json"  # comments, under the sandbox's home
+ALLOW_INDEX = ".cache/hermes-sandboxes/allow.json"  # the allow-list's entries as last set
+
+
+def posture_in(metadata: Mapping[str, str]) -> Posture:
+    """The network posture a sandbox was made with, from its metadata."""
+    mode = metadata.get(NETWORK_KEY)
+    if mode == "proxy":
+        return Posture(internet=False, allow=tuple(metadata.get(ALLOW_KEY, "").split()))
+    return Posture(internet=mode == "host")
 
 
 def _info(s: e2b.SandboxInfo) -> SandboxInfo:
@@ -59,12 +71,12 @@ def _info(s: e2b.SandboxInfo) -> SandboxInfo:
         ephemeral=s.metadata.get(EPHEMERAL_KEY) == "true",
         state=SandboxState.RUNNING if s.state == e2b.SandboxState.RUNNING else SandboxState.PAUSED,
         created_at=float(created) if created else s.started_at.timestamp(),
-        spec=SandboxSpec(network="host" if s.metadata.get(NETWORK_KEY) == "host" else "none"))
+        spec=posture_in(s.metadata).spec())
 
 
 class E2BSandbox(Sandbox):
     def __init__(self, backend: E2BBackend, sdk: e2b.Sandbox, name: str, scope: str, *, ephemeral: bool,
-                 created: bool, internet: bool, lease_until: float = 0.0) -> None:
+                 created: bool, posture: Posture, lease_until: float = 0.0) -> None:
         self._backend = backend
         self._sdk = sdk
         self.name = name
@@ -72,7 +84,7 @@ class E2BSandbox(Sandbox):
         self.ephemeral = ephemeral
         self.created = created
         self.home = "/home/user"
-        self.internet = internet
+        self.posture = posture  # how it reaches the network (kept across restores and forks)
         self._local = threading.local()
         self._lease_lock = threading.Lock()
         self._lease_until = lease_until  # monotonic; the lease surely lasts until then (0: unknown)
@@ -142,7 +154,38 @@ class E2BSandbox(Sandbox):
         self._renew_for(self._local.reserved)
 
     def info(self) -> SandboxInfo:
-        return _info(self.call("describe", lambda: self._sdk.get_info()))
+        detail = self.call("describe", lambda: self._sdk.get_info())
+        info = _info(detail)
+        if info.spec.network != "proxy":
+            return info
+        actual = tuple((detail.network or {}).get("allow_out") or ())
+        return dataclasses.replace(info, spec=Posture(False, allow_in_effect(self._recorded_allow(), actual)).spec())
+
+    # the network -----------------------------------------------------------------------------------
+    def set_allow(self, allow: Sequence[str]) -> None:
+        """Replace the egress rules of a "proxy" sandbox with ``update_network``: open connections
+        keep going, new ones meet the new rules. The entries are kept in a small file inside the
+        sandbox, for ``info()`` (which shows E2B's own rules instead should the two disagree)."""
+        if self.posture.allow is None:
+            raise InvalidInput(f"sandbox {self.name} has network {self.posture.label!r}; an allow-list applies "
+                               "only to network 'proxy' (create the sandbox with one)")
+        entries = policy.validate(allow)
+        rules = egress_rules(entries)
+        self._renew_for(self._need(None))  # a paused sandbox takes no network update
+        self.call("change the egress rules", lambda: self._sdk.update_network(
+            {"allow_out": rules["allow_out"], "deny_out": rules["deny_out"]}))
+        self.posture = Posture(internet=False, allow=entries)
+        self._save_allow(entries)
+
+    def _recorded_allow(self) -> tuple[str, ...] | None:
+        try:
+            data = json.loads(self.read_file(f"{self.home}/{ALLOW_INDEX}"))
+        except (SandboxError, ValueError):
+            return self.posture.allow
+        return tuple(str(e) for e in data) if isinstance(data, list) else self.posture.allow
+
+    def _save_allow(self, entries: Sequence[str]) -> None:
+        self.write_file(f"{self.home}/{ALLOW_INDEX}", json.dumps(list(entries)).encode())
 
     # commands ------------------------------------------------------------------------------------
     def exec(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
@@ -296,8 +339,7 @@ class E2BSandbox(Sandbox):
         metadata = dict(self.call("describe", self._sdk.get_info).metadata)
         lease, asked = lease_request(backend.lease(self.ephemeral)), time.monotonic()
         new = self.call("restore", lambda: e2b.Sandbox.create(
-            template=checkpoint_id, timeout=lease, metadata=metadata,
-            allow_internet_access=self.internet,
+            template=checkpoint_id, timeout=lease, metadata=metadata, **self.posture.create_options(),
             lifecycle=lifecycle(not self.ephemeral), **backend.opts))
         old_id, self._sdk = self.sandbox_id, new
         with self._lease_lock:
@@ -306,6 +348,8 @@ class E2BSandbox(Sandbox):
             self.call("kill the replaced sandbox", lambda: e2b.Sandbox.kill(old_id, **backend.opts))
         if comments:
             self._save_comments(comments)
+        if self.posture.allow is not None:  # the snapshot may hold an older list than the one in force
+            self._save_allow(self.posture.allow)
 
     def fork(self, new_name: str, checkpoint_id: str | None = None) -> E2BSandbox:
         """A new persistent sandbox from checkpoint ``checkpoint_id``, or from a snapshot of this
