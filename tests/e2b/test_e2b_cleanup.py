@@ -153,3 +153,20 @@ def test_a_persistent_sandbox_is_never_paused_or_killed_by_cleanup(fake: FakeE2B
     fake.clear_requests()
     env.cleanup()
     assert not lifecycle_calls(fake, sandbox_id) and fake.sandbox(sandbox_id).state == "running"
+
+
+def test_a_persistent_sandbox_e2b_paused_is_resumed_for_the_pull_back_and_left_to_pause_again(
+        fake: FakeE2B, hermes_home: Path) -> None:
+    (hermes_home / "skills" / "s").mkdir(parents=True)
+    (hermes_home / "skills" / "s" / "SKILL.md").write_text("a skill\n")
+    assert run("echo from-the-agent > ~/.hermes/skills/s/SKILL.md", "t-paused")["exit_code"] == 0
+    env = environment("t-paused")
+    sandbox_id = env.sandbox.sandbox_id
+    fake.pause(sandbox_id)  # its lease ran out before the session ended
+    fake.clear_requests()
+    env.cleanup()
+    steps = [r.path if r.path.endswith("/connect") else "tar" for r in fake.requests
+             if r.path.endswith("/connect") or "tar cf" in json.dumps(r.body)]
+    assert steps[:2] == [f"/v2/sandboxes/{sandbox_id}/connect", "tar"], steps  # resumed, then pulled
+    assert (hermes_home / "skills" / "s" / "SKILL.md").read_text() == "from-the-agent\n"
+    assert not lifecycle_calls(fake, sandbox_id)  # never paused or killed by us: E2B pauses it again
