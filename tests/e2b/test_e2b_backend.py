@@ -9,6 +9,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import e2b
@@ -411,3 +412,20 @@ def test_the_allow_setting_gives_a_proxy_spec_and_is_refused_without_internet() 
         validate_settings(E2BSettings, {"allow": ["@nope"]}, where="s")
     assert scope_digest("/p", "n", settings, persistent=True) != scope_digest("/p", "n", E2BSettings(),
                                                                             persistent=True)
+
+
+def test_a_fenced_sandbox_reaches_only_its_list_and_a_change_applies_without_a_restart(
+        fake: FakeE2B, backend: E2BBackend, tmp_path: Path) -> None:
+    from tests.local.egress_kit import http_server_process
+
+    (tmp_path / "hello.txt").write_text("hello\n")
+    fetch = "curl -sS -f -m 10 http://127.0.0.1:{port}/hello.txt"
+    with http_server_process(tmp_path) as port, \
+            opened(backend, "fenced", spec=SandboxSpec(network="proxy", allow=("127.0.0.1",))) as sb:
+        # the fake enforces the rules it was given; E2B allows a destination on every port
+        assert sb.exec(fetch.format(port=port), timeout=60).stdout == "hello\n"
+        sb.set_allow(["203.0.113.9"])
+        refused = sb.exec(fetch.format(port=port), timeout=60)
+        assert refused.exit_code != 0 and "hello" not in refused.stdout, refused
+        sb.set_allow(["127.0.0.1"])
+        assert sb.exec(fetch.format(port=port), timeout=60).stdout == "hello\n"

@@ -11,8 +11,9 @@
   409 when already paused), ``POST /sandboxes/{id}/timeout`` (sets the lease, shorter or longer).
 - ``PUT /sandboxes/{id}/network`` ``{allowOut, denyOut, ...}`` (204): replaces the egress rules of a
   running sandbox (409 when paused). Create takes the same rules under ``network``; both are
-  checked as the API documents them (400) and kept (``GET /sandboxes/{id}`` shows them). The fake
-  records the rules; it does not enforce them (its sandboxes have no network at all).
+  checked as the API documents them (400) and kept (``GET /sandboxes/{id}`` shows them). Rules that
+  deny everything but a list are enforced: the sandbox is a local "proxy" sandbox allowed those
+  destinations (see world.local_spec); other sandboxes of the fake have no network at all.
 - ``POST /sandboxes/{id}/snapshots`` ``{name?}`` -> 201 ``{snapshotID, names}``;
   ``GET /snapshots?sandboxID=&name=&limit=&nextToken=``; ``DELETE /templates/{snapshotID}`` (204).
 Errors are ``{"code": n, "message": ...}`` with the HTTP status ``n``.
@@ -28,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from .envd import Receive, Scope, Send, read_body, respond, respond_json
-from .world import FakeSandbox, InvalidRules, Recorded, World, egress_rules
+from .world import FakeSandbox, InvalidRules, Recorded, World, egress_rules, local_allow
 
 Handler = Callable[..., Awaitable[None]]
 
@@ -166,6 +167,8 @@ class ControlPlane:
             await respond_json(send, 400, {"code": 400, "message": str(exc)})
             return
         sb.network = rules
+        if sb.local.spec.network == "proxy":  # enforced by the local sandbox's proxy (see local_spec)
+            await self.blocking(sb.local.set_allow, local_allow(rules))
         if (body or {}).get("allow_internet_access") is not None:
             sb.allow_internet_access = body["allow_internet_access"]
         await respond(send, 204)

@@ -23,7 +23,7 @@ from typing import Any
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.identity import unique_name
-from hermes_sandboxes.sandbox import ChangeKind, Process, Sandbox
+from hermes_sandboxes.sandbox import ChangeKind, Process, Sandbox, SandboxSpec
 
 ENVD_VERSION = "0.6.4"  # new enough for stdin close, octet-stream uploads and file metadata
 HOME = "/home/user"  # where E2B templates put the default user's home
@@ -242,6 +242,20 @@ def egress_rules(network: Any) -> dict[str, list[str]]:
     return {"allowOut": allow, "denyOut": deny}
 
 
+def local_spec(network: dict[str, list[str]]) -> SandboxSpec:
+    """How the fake enforces E2B's rules: a sandbox whose rules deny everything but a list is a local
+    "proxy" sandbox allowed exactly those destinations on every port (as E2B allows them), so a
+    command inside reaches what the rules allow and nothing else. Any other sandbox of the fake has
+    no network at all (its internet stays a recorded flag)."""
+    if "0.0.0.0/0" not in network["denyOut"]:
+        return SandboxSpec()
+    return SandboxSpec(network="proxy", allow=local_allow(network))
+
+
+def local_allow(network: dict[str, list[str]]) -> tuple[str, ...]:
+    return tuple(f"{entry}:*" for entry in network["allowOut"])
+
+
 class World:
     """All sandboxes and snapshots of one fake E2B account, backed by one local backend."""
 
@@ -289,7 +303,8 @@ class World:
         """Blocking. ``body`` is a validated create request; its template may be a snapshot id."""
         template = str(body["templateID"])
         snapshot = self.snapshots.get(template)
-        local = self.backend.create(unique_name("e2b"))
+        network = egress_rules(body.get("network"))
+        local = self.backend.create(unique_name("e2b"), local_spec(network))
         try:
             local.exec(["mkdir", "-p", HOME], timeout=30)
             base = local.checkpoint("fake e2b: as created").id
@@ -304,7 +319,7 @@ class World:
             metadata=dict(body.get("metadata") or {}), envs=dict(body.get("envVars") or {}),
             auto_pause=bool(body.get("autoPause", False)), auto_pause_memory=body.get("autoPauseMemory"),
             allow_internet_access=body.get("allow_internet_access"), timeout_s=timeout,
-            network=egress_rules(body.get("network")),
+            network=network,
             access_token=secrets.token_urlsafe(16),
         )
         sb.started_at = self.clock()
