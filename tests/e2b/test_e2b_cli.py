@@ -61,3 +61,23 @@ def test_the_cli_drives_an_e2b_sandbox_end_to_end(fake: FakeE2B, env: dict[str, 
     finally:
         ok(env, "rm", name, "--yes")
     assert fake.sandboxes() == [] and API_KEY not in hs(env, "config").stdout
+
+
+def test_the_network_commands_change_an_e2b_sandboxs_egress_rules(fake: FakeE2B, env: dict[str, str]) -> None:
+    name = unique_name("cli")
+    ok(env, "create", name, "--network", "proxy", "--allow", "pypi.org")
+    try:
+        [sandbox] = fake.sandboxes()
+        assert sandbox.network == {"allowOut": ["pypi.org"], "denyOut": ["0.0.0.0/0"]}
+        ok(env, "network", "allow", name, "@npm", "127.0.0.1")
+        assert fake.sandbox(sandbox.sandbox_id).network["allowOut"] == [
+            "pypi.org", "registry.npmjs.org", "registry.yarnpkg.com", "127.0.0.1"]
+        ok(env, "network", "deny", name, "pypi.org")
+        shown = as_json(env, "network", "show", name)
+        assert json.dumps(shown).count("pypi.org") == 0 and "@npm" in json.dumps(shown), shown
+        refused = hs(env, "network", "allow", name, "*")  # E2B has no rule for it: said, nothing changed
+        assert refused.exit_code != 0 and "E2B" in refused.stderr, refused.stderr
+        assert fake.sandbox(sandbox.sandbox_id).network["allowOut"] == [
+            "registry.npmjs.org", "registry.yarnpkg.com", "127.0.0.1"]
+    finally:
+        ok(env, "rm", name, "--yes")
