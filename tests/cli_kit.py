@@ -9,11 +9,14 @@ Its asserts are not rewritten by pytest, so each one says what it saw.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,11 +86,20 @@ def checkpoint_ids(home: Path, name: str) -> list[str]:
 class Pty:
     """A subprocess whose stdin, stdout and stderr are a terminal we drive."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], *, rows_cols: tuple[int, int] | None = None) -> None:
+        """With ``rows_cols`` the terminal has that size and is the process's controlling terminal
+        (util-linux's setsid --ctty), so resizing it sends SIGWINCH, as a terminal emulator's does."""
         self.master, slave = os.openpty()
-        self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        if rows_cols is not None:
+            self.resize(*rows_cols)
+            args = ["setsid", "--ctty", *args]  # not a group leader: setsid execs in place, same pid
+        self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave,
+                                     start_new_session=rows_cols is None)
         os.close(slave)
         self.seen = b""
+
+    def resize(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     def expect(self, text: bytes, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -406,6 +407,12 @@ class Sandbox(ABC):
         in ``info().spec.allow``. Entries as in ``SandboxSpec.allow``; a bad entry, or a sandbox whose
         network is not "proxy", is ``InvalidInput``. ``Capability.EGRESS_ALLOWLIST``."""
         raise Unsupported(f"the {self.backend.name} backend cannot change the egress allow-list of a sandbox")
+
+    def open_terminal(self) -> tuple[int, int]:
+        """A pseudo-terminal for ``attach()``: (master, slave) descriptors, both the caller's to close.
+        This default is a pty of the caller's machine, which works but which ``tty`` inside cannot
+        name; a backend that can allocates it where the sandbox sees it. ``Capability.TERMINAL``."""
+        return os.openpty()
 
     @abstractmethod
     def destroy(self) -> None:

@@ -1,10 +1,11 @@
 """``shell NAME``: an interactive bash inside a local sandbox, on a real pseudo-terminal.
 
-The contract's ``start()`` has no terminal (its stdin is a byte string given up front), so this
-uses the local sandbox's ``attach()``, which runs a command on descriptors we hand it: the slave end
-of a pty allocated here. We put our own terminal in raw mode and copy bytes both ways, so line
-editing, colours, full-screen programs and Ctrl-C all work; inside, bash becomes the session leader
-of that pty (``setsid --ctty``), which gives it job control.
+The contract's ``start()`` has no terminal (its stdin is a byte string given up front), so this uses
+the local sandbox's ``attach()``, which runs a command on descriptors we hand it: the slave end of a
+pty the sandbox allocates in its own devpts (so ``tty`` inside names it). We put our own terminal in
+raw mode and copy bytes both ways, so line editing, colours, full-screen programs and Ctrl-C all
+work; inside, bash becomes the session leader of that pty (``setsid --ctty``), which gives it job
+control.
 
 Why a pty of our own rather than passing our terminal in: a descriptor of the user's terminal in
 the sandbox could inject keystrokes into the host shell (TIOCSTI) once the sandbox shell exits. The
@@ -14,9 +15,10 @@ When the shell exits, what it left running in the background stays, as after clo
 terminal: the pty hangs up, so jobs that still hold it get SIGHUP, while ``nohup``, ``setsid`` and
 disowned jobs survive.
 
-Limitations: backends with ``Capability.TERMINAL`` only; the window size follows the host terminal (SIGWINCH), but
-``tty`` inside names a /dev/pts entry of the host that does not exist inside; when stdin is not a
-terminal there is no pty: bash reads a script from stdin (no prompt, no job control).
+The window size follows the host terminal: it is copied at the start and again on each SIGWINCH.
+
+Limitations: backends with ``Capability.TERMINAL`` only; when stdin is not a terminal there is no
+pty: bash reads a script from stdin (no prompt, no job control).
 """
 
 from __future__ import annotations
@@ -37,10 +39,14 @@ from dataclasses import dataclass
 
 from hermes_sandboxes.sandbox import Sandbox
 
-# bash as the leader of its own session with the pty as controlling terminal (job control); plain
-# bash -i where util-linux's setsid is missing; sh where there is no bash (a minimal --base).
+# bash as the leader of its own session with the pty as controlling terminal (job control). The
+# command starts as a session leader; with a pty of the sandbox's own devpts it already has that pty
+# as its controlling terminal (seen on Linux 6.x), and a second session could not take it, so bash
+# runs in place; otherwise (a host pty) util-linux's setsid gives it one. Plain bash -i where setsid
+# is missing; sh where there is no bash (a minimal --base).
 INTERACTIVE = ('if command -v bash >/dev/null; then sh=bash; else sh=sh; fi; '
-               'if command -v setsid >/dev/null; then exec setsid --wait --ctty "$sh" -i; fi; exec "$sh" -i')
+               'if ! { : </dev/tty; } 2>/dev/null && command -v setsid >/dev/null; then '
+               'exec setsid --wait --ctty "$sh" -i; fi; exec "$sh" -i')
 SCRIPTED = 'if command -v bash >/dev/null; then exec bash -s; fi; exec sh -s'
 _CHUNK = 65536
 
@@ -60,9 +66,9 @@ class _Ends:
     terminal: bool
 
     @classmethod
-    def open(cls, terminal: bool) -> _Ends:
+    def open(cls, sandbox: Sandbox, terminal: bool) -> _Ends:
         if terminal:
-            master, slave = os.openpty()
+            master, slave = sandbox.open_terminal()
             _copy_window_size(master)
             return cls((slave, slave, slave), master, {master: 1}, terminal)
         in_r, in_w = os.pipe()
@@ -84,7 +90,7 @@ class _Ends:
 
 def run_shell(sandbox: Sandbox) -> int:
     """Run the shell until it exits; returns its exit code."""
-    ends = _Ends.open(interactive())
+    ends = _Ends.open(sandbox, interactive())
     env = {"TERM": os.environ.get("TERM", "xterm-256color")} if ends.terminal else None
     try:
         proc = sandbox.attach(INTERACTIVE if ends.terminal else SCRIPTED, ends.theirs, cwd=sandbox.home, env=env)

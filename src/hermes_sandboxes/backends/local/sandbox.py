@@ -16,6 +16,7 @@ from hermes_sandboxes.errors import (
     SandboxError,
     SandboxFileNotFound,
     SandboxNotFound,
+    SandboxUnreachable,
 )
 from hermes_sandboxes.lazy import lazy_module
 from hermes_sandboxes.sandbox import (
@@ -391,6 +392,17 @@ class LocalSandbox(Sandbox):
         process has no sinks; ``wait()`` and ``kill()`` work as for ``start()``."""
         request = self._request(command, cwd, env, self.name, self._network_env())
         return self._launch(request, None, None, None, background=False, attach=fds)
+
+    def open_terminal(self) -> tuple[int, int]:
+        """A pty in the sandbox's own devpts, so ``tty`` inside names it (backends/local/pty.py)."""
+        self._check_exists()
+        self._ensure_running()
+        state = self._runtime()
+        if state is None:
+            raise SandboxUnreachable(f"sandbox {self.name} stopped while a terminal was being opened")
+        from hermes_sandboxes.backends.local import pty
+
+        return pty.open_in(int(state["pid"]), self.name)
 
     def _launch(self, request: dict[str, Any], stdin: Stdin, on_stdout: OutputSink | None,
                 on_stderr: OutputSink | None, *, background: bool,

@@ -1,0 +1,52 @@
+"""``shell`` on a real terminal: the pty lives in the sandbox (``tty`` names it), job control works and
+the window size follows the host terminal's. Driven through the CLI as a subprocess on a pty of ours.
+The other shell tests (scripts from stdin, background jobs outliving the shell) are in test_cli.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cli_kit
+from cli_kit import CLI, Pty, as_json
+
+from hermes_sandboxes.backends.local import LocalSandbox
+
+home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
+
+
+def test_tty_inside_the_shell_names_a_terminal_the_sandbox_sees(home: Path, box: LocalSandbox) -> None:
+    term = Pty([*CLI, "--home", str(home), "shell", box.name])
+    # typed words differ from the expected ones, which would otherwise match the terminal's echo
+    term.send(b'echo "name=$(tty)="; [ -c "$(tty)" ] && echo device-$((2+2)); ps -o tty= -p $$\r')
+    term.expect(b"name=/dev/pts/")
+    term.expect(b"device-4")
+    term.expect(b"pts/")  # ps finds the shell's terminal too
+    assert b"not a tty" not in term.seen
+    term.send(b"exit\r")
+    assert term.finish() == 0
+    assert [r["command"] for r in as_json(home, "log", box.name)] == ["(interactive shell)"]
+
+
+def test_ctrl_z_stops_the_foreground_job_and_the_shell_takes_the_terminal_back(home: Path,
+                                                                                box: LocalSandbox) -> None:
+    term = Pty([*CLI, "--home", str(home), "shell", box.name])
+    term.send(b"sh -c 'echo go-$((5*5)); exec sleep 600'\r")
+    term.expect(b"go-25")  # the job runs in the foreground (a key sent earlier would flush the typed line)
+    term.send(b"\x1a")  # Ctrl-Z, as a key: the pty inside turns it into SIGTSTP for the job
+    term.expect(b"Stopped")
+    term.send(b"jobs -s | wc -l | sed s/^/stopped-/; kill %1; wait; echo back-$((3+4))\r")
+    term.expect(b"stopped-1")
+    term.expect(b"back-7")
+    term.send(b"exit\r")
+    assert term.finish() == 0
+
+
+def test_the_window_size_is_passed_at_start_and_on_every_resize(home: Path, box: LocalSandbox) -> None:
+    term = Pty([*CLI, "--home", str(home), "shell", box.name], rows_cols=(31, 97))
+    term.send(b"trap 'echo resized-$(stty size | tr \" \" x)' WINCH; echo start-$(stty size | tr ' ' x)\r")
+    term.expect(b"start-31x97")
+    term.resize(40, 120)  # the kernel sends the CLI SIGWINCH; it resizes the pty inside, bash gets one too
+    term.expect(b"resized-40x120")
+    term.send(b"exit\r")
+    assert term.finish() == 0
