@@ -100,6 +100,7 @@ class SandboxState(enum.StrEnum):
     STOPPED = "stopped"  # exists, no processes (after a reboot or before first use)
     PAUSED = "paused"  # suspended by the service (memory kept or not); resumes on the next command
     UNKNOWN = "unknown"
+    BROKEN = "broken"  # a create or destroy that never finished left something behind: only rm works
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, Workspace
-from hermes_sandboxes.errors import InvalidInput, SandboxError, Unsupported
+from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, SandboxSpec
 from hermes_sandboxes.units import parse_size
@@ -266,7 +266,10 @@ def rm(workspace: Workspace, name: str, yes: bool) -> int:
     ui = Ui()
     sandbox = workspace.sandbox(name)
     if not yes:
-        count = len(sandbox.checkpoints()) if is_stdin_tty() else 0
+        count = 0
+        if is_stdin_tty():
+            with contextlib.suppress(SandboxNotFound):  # a broken sandbox (a killed create) has none
+                count = len(sandbox.checkpoints())
         if not confirm(f"Destroy sandbox {name} and its {count} checkpoint(s)?", yes=yes,
                        refusal=f"not destroying {name}"):
             error("cancelled; nothing was changed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -190,11 +191,20 @@ class LocalBackend(Backend):
         with paths.locked(self.layout.lock_file(name), f"sandbox {name}"):
             if self.layout.meta_file(name).exists():
                 raise SandboxExists(f"sandbox {name} already exists; use it, or remove it first")
-            store.create_layer(name)
-            meta = self._new_meta(name, spec, ephemeral=ephemeral)
-            sandbox = LocalSandbox(self, name, meta)
-            sandbox.apply_masks()
-            paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
+            # All or nothing: a create that fails removes what it made; one killed (kill -9) leaves
+            # a layer without a record, which ls shows as broken and rm removes (LocalSandbox.broken).
+            try:
+                store.create_layer(name)
+                storage.test_pause("create-layer")
+                meta = self._new_meta(name, spec, ephemeral=ephemeral)
+                sandbox = LocalSandbox(self, name, meta)
+                sandbox.apply_masks()
+                storage.test_pause("create-masked")
+                paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    store.remove_sandbox(name)
+                raise
         sandbox.created = True
         return sandbox
 
@@ -218,6 +228,8 @@ class LocalBackend(Backend):
         validate_name(name)
         try:
             sandbox = self.get(name)
+            if sandbox.broken:  # what a killed create left: creating it again replaces that
+                raise SandboxNotFound(name)
         except SandboxNotFound:
             try:
                 return self.create(name, spec)
@@ -231,17 +243,28 @@ class LocalBackend(Backend):
         return self.create(unique_name(prefix), spec, ephemeral=True)
 
     def get(self, name: str) -> LocalSandbox:
+        """The sandbox ``name``; also a broken one (see LocalSandbox.broken), which only ``info()``
+        and ``destroy()`` accept."""
         validate_name(name)
         meta = paths.read_json(self.layout.meta_file(name))
         if not isinstance(meta, dict):
-            raise SandboxNotFound(f"no sandbox named {name}; see `hermes-sandboxes ls`")
+            sandbox = LocalSandbox(self, name, {})
+            if not sandbox.broken:
+                raise SandboxNotFound(f"no sandbox named {name}; see `hermes-sandboxes ls`")
+            return sandbox
         return LocalSandbox(self, name, meta)
 
     def names(self) -> builtins.list[str]:
+        """Every sandbox with a record, and the broken ones (leftovers without a record)."""
         root = self.home / "sandboxes"
-        if not root.is_dir():
-            return []
-        return sorted(p.parent.name for p in root.glob("*/sandbox.json"))
+        found = {p.parent.name for p in root.glob("*/sandbox.json")} if root.is_dir() else set()
+        leftovers: set[str] = set()
+        for directory in (root, self.home / "run", self.store.root):
+            if directory.is_dir():
+                leftovers |= {p.name for p in directory.iterdir()}
+        found |= {name for name in leftovers - found
+                  if _valid_name(name) and LocalSandbox(self, name, {}).broken}
+        return sorted(found)
 
     def list(self) -> builtins.list[SandboxInfo]:
         infos = []
@@ -269,8 +292,38 @@ def machine_unavailable_reason() -> str | None:
                 "run as root. Nothing was run on the host.")
     if not Path("/proc/self/ns/pid").exists():
         return "this kernel has no pid namespaces"
+    missing = missing_capabilities()
+    if missing:
+        return (f"root here lacks the capabilities {', '.join(missing)}, which the local sandbox needs "
+                "(mounts and namespaces, the layer's owners and whiteouts, cgroups, the sandbox's own "
+                "capability drop and network); run as full root, not under capsh/setpriv --drop or in a "
+                "container without them")
     fatal = cgroups.probe().fatal
     return "; ".join(fatal) if fatal else None
+
+
+# What creating and starting a sandbox was seen to fail without (each dropped alone, on Linux 6.x):
+# mounting and namespaces, chown of the layer's files, the cgroup directories, the init's own
+# bounding-set drop, and the network namespace's loopback.
+_REQUIRED_CAPS = {0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 8: "CAP_SETPCAP", 12: "CAP_NET_ADMIN", 21: "CAP_SYS_ADMIN"}
+
+
+def missing_capabilities() -> builtins.list[str]:
+    """The capabilities the local sandbox needs that this process's effective set lacks."""
+    try:
+        with open("/proc/self/status") as f:
+            effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError):
+        return []  # cannot tell: let the operation itself say what failed
+    return [name for bit, name in _REQUIRED_CAPS.items() if not effective >> bit & 1]
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        validate_name(name)
+    except InvalidInput:
+        return False
+    return True
 
 
 def _validate_base(base: str | None) -> str | None:

@@ -96,7 +96,17 @@ class LocalSandbox(Sandbox):
 
     def _check_exists(self) -> None:
         if not self._meta_file.exists():
+            if self.broken:
+                raise SandboxNotFound(f"sandbox {self.name} is broken (a create or destroy that never finished "
+                                      f"left it behind); remove it with: hermes-sandboxes rm {self.name}")
             raise SandboxNotFound(f"sandbox {self.name} does not exist (destroyed?); create it first")
+
+    @property
+    def broken(self) -> bool:
+        """No record, but a layer or run directory left by a create or destroy killed midway (and
+        nobody is creating it right now: a create holds the sandbox's lock throughout)."""
+        return (not self._meta_file.exists() and self._backend.store_leftovers(self.name)
+                and not paths.is_locked(self._lock))
 
     # lifecycle ---------------------------------------------------------------------------------
     def _runtime(self) -> dict[str, Any] | None:
@@ -317,6 +327,11 @@ class LocalSandbox(Sandbox):
         return SandboxState.RUNNING
 
     def info(self) -> SandboxInfo:
+        if self.broken:
+            left = self._backend.store.sandbox_dir(self.name)
+            when = (left if left.exists() else self._run).stat().st_mtime  # about when it broke
+            return SandboxInfo(name=self.name, backend=self._backend.name, ephemeral=False,
+                               state=SandboxState.BROKEN, created_at=when, spec=self.spec)
         self._check_exists()
         store = self._backend.store
         store.ensure()
