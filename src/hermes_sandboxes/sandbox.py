@@ -488,5 +488,21 @@ class Backend(ABC):
     @abstractmethod
     def list(self) -> builtins.list[SandboxInfo]: ...
 
+    # the store on this machine (``store migrate|reclaim|unmount``): backends that keep one
+    def migrate_store(self, *, stop_running: bool = False,
+                      progress: Callable[[str], None] | None = None) -> builtins.list[str]:
+        """Move every sandbox to the better store this machine can have now (the local backend: a
+        copy store to btrfs); returns the names moved, empty when there is nothing to do."""
+        raise Unsupported(f"the {self.name} backend keeps no store on this machine")
+
+    def reclaim_store(self) -> int:
+        """Give the space of deleted sandboxes back to the host disk now; returns the bytes."""
+        raise Unsupported(f"the {self.name} backend keeps no store on this machine")
+
+    def unmount_store(self) -> bool:
+        """Unmount the store (no sandbox may run); the next use mounts it again. False when it was
+        not mounted."""
+        raise Unsupported(f"the {self.name} backend keeps no store on this machine")
+
     def doctor(self) -> builtins.list[DoctorCheck]:
         return []

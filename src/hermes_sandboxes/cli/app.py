@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from hermes_sandboxes.cli import checkpoints, network, sandboxes, signals
+from hermes_sandboxes.cli import checkpoints, network, sandboxes, signals, store
 from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.config import parse_overrides
@@ -150,6 +150,7 @@ for command in sandboxes.COMMANDS:
 cli.add_command(checkpoints.checkpoint)
 cli.add_command(checkpoints.log)
 cli.add_command(network.network)
+cli.add_command(store.store)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

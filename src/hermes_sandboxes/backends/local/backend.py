@@ -6,12 +6,19 @@ import builtins
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hermes_sandboxes.backends.local import cgroups, paths
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
-from hermes_sandboxes.errors import BackendUnavailable, InvalidInput, SandboxExists, SandboxNotFound, Unsupported
+from hermes_sandboxes.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    SandboxBusy,
+    SandboxExists,
+    SandboxNotFound,
+    Unsupported,
+)
 from hermes_sandboxes.identity import digest, unique_name, validate_name
 from hermes_sandboxes.lazy import lazy_module
 from hermes_sandboxes.sandbox import (
@@ -122,6 +129,9 @@ class LocalBackend(Backend):
     def _choose_store(self) -> Store:
         recorded = paths.read_json(self.home / "store.json")
         kind = recorded.get("kind") if isinstance(recorded, dict) else None
+        if isinstance(recorded, dict) and recorded.get("migrating"):
+            raise SandboxBusy(f"the store at {self.home} is being migrated to {recorded['migrating']}; wait for "
+                              "`hermes-sandboxes store migrate` to finish, or run it again if it was interrupted")
         if kind is None:
             kind = self._store_kind
         if kind == "auto":
@@ -137,7 +147,10 @@ class LocalBackend(Backend):
             store = storage.CopyStore(self.home)
             store.ensure()
         if isinstance(store, storage.CopyStore):
-            _log().warning(storage.CopyStore.warning)
+            _log().warning("%s; %s", storage.CopyStore.warning,
+                           "btrfs-progs is installed now: move the sandboxes to btrfs with "
+                           "`hermes-sandboxes store migrate`" if _btrfs_possible() else
+                           "for constant-time snapshots install btrfs-progs, then run `hermes-sandboxes store migrate`")
         if not recorded:
             paths.write_json(self.home / "store.json", {"kind": store.kind})
         return store
@@ -274,6 +287,33 @@ class LocalBackend(Backend):
             except SandboxNotFound:
                 continue  # destroyed while we were listing
         return infos
+
+    def migrate_store(self, *, stop_running: bool = False,
+                      progress: Callable[[str], None] | None = None) -> builtins.list[str]:
+        """A copy store becomes a btrfs store, sandbox by sandbox (backends/local/maintenance.py)."""
+        from hermes_sandboxes.backends.local import maintenance
+
+        self._require_usable()
+        moved = maintenance.migrate(self, self._image_size, stop_running=stop_running,
+                                    progress=progress or (lambda _: None))
+        self._store = None  # chosen again from store.json on next use
+        return moved
+
+    def reclaim_store(self) -> int:
+        from hermes_sandboxes.backends.local import maintenance
+
+        return maintenance.reclaim(self.store)
+
+    def unmount_store(self) -> bool:
+        from hermes_sandboxes.backends.local import maintenance
+
+        self._require_usable()
+        recorded = paths.read_json(self.home / "store.json")
+        if not isinstance(recorded, dict) or recorded.get("kind") != "btrfs":
+            raise Unsupported(f"the store at {self.home} is not a mounted btrfs image: nothing to unmount")
+        unmounted = maintenance.unmount(self, storage.BtrfsStore(self.home, self._image_size))
+        self._store = None
+        return unmounted
 
     def store_leftovers(self, name: str) -> bool:
         """Whether anything of a (possibly half-destroyed) sandbox remains."""
