@@ -208,11 +208,11 @@ class LocalBackend(Backend):
             # a layer without a record, which ls shows as broken and rm removes (LocalSandbox.broken).
             try:
                 store.create_layer(name)
-                storage.test_pause("create-layer")
+                storage._test_pause("create-layer")
                 meta = self._new_meta(name, spec, ephemeral=ephemeral)
                 sandbox = LocalSandbox(self, name, meta)
                 sandbox.apply_masks()
-                storage.test_pause("create-masked")
+                storage._test_pause("create-masked")
                 paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
             except BaseException:
                 with contextlib.suppress(Exception):

@@ -37,8 +37,8 @@ from hermes_sandboxes.backends.local.store import (
     BtrfsStore,
     CopyStore,
     Store,
+    _test_pause,
     remove_tree,
-    test_pause,
     tree_bytes,
 )
 from hermes_sandboxes.errors import BackendUnavailable, SandboxBusy, SandboxError, Unsupported
@@ -164,10 +164,10 @@ def _migrate_sandbox(copy: CopyStore, target: BtrfsStore, name: str, label: str,
         btrfstree.syncfs(fd)  # on disk before it is published
     finally:
         os.close(fd)
-    test_pause("migrate-staged")
+    _test_pause("migrate-staged")
     staged.rename(final)  # the commit point for this sandbox
     progress(f"{label}: done")
-    test_pause("migrate-published")
+    _test_pause("migrate-published")
 
 
 def _fill_volume(target: BtrfsStore, source: Path, volume: Path) -> None:

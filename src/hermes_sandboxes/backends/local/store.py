@@ -152,7 +152,7 @@ class Store(ABC):
         # directory (its ".." would change), but renames it within one
         staged = self.checkpoints_dir(name) / f".tmp-{checkpoint_id}"
         self._copy_volume(self.layer(name), staged, readonly=True)
-        test_pause("checkpoint-staged")
+        _test_pause("checkpoint-staged")
         staged.rename(self.checkpoint_path(name, checkpoint_id))
 
     def restore(self, name: str, checkpoint_id: str) -> None:
@@ -172,7 +172,7 @@ class Store(ABC):
 
     def publish_restore(self, name: str, checkpoint_id: str, staged: Path) -> Path:
         """Swap the staged copy in (one atomic exchange); returns where the old layer now is."""
-        test_pause("restore-staged")
+        _test_pause("restore-staged")
         sc.rename_exchange(str(staged), str(self.layer(name)))
         old = self.sandbox_dir(name) / f".old-{checkpoint_id}-{time.time_ns()}"
         staged.rename(old)
@@ -265,7 +265,7 @@ class Store(ABC):
                 entry.unlink()
 
 
-def test_pause(point: str) -> None:
+def _test_pause(point: str) -> None:
     """Lets the interruption tests kill an operation at a known point (no effect otherwise)."""
     if os.environ.get("HERMES_SANDBOXES_TEST_PAUSE") == point:
         marker = os.environ.get("HERMES_SANDBOXES_TEST_PAUSE_MARKER")
