@@ -35,7 +35,8 @@ def test_ctrl_z_stops_the_foreground_job_and_the_shell_takes_the_terminal_back(h
     term.expect(b"go-25")  # the job runs in the foreground (a key sent earlier would flush the typed line)
     term.send(b"\x1a")  # Ctrl-Z, as a key: the pty inside turns it into SIGTSTP for the job
     term.expect(b"Stopped")
-    term.send(b"jobs -s | wc -l | sed s/^/stopped-/; kill %1; wait; echo back-$((3+4))\r")
+    # SIGKILL: a stopped job would leave SIGTERM pending until it is continued
+    term.send(b"jobs -s | wc -l | sed s/^/stopped-/; kill -KILL %1; wait; echo back-$((3+4))\r")
     term.expect(b"stopped-1")
     term.expect(b"back-7")
     term.send(b"exit\r")
