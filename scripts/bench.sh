@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 .venv/bin/python benchmarks/bench_local.py "$@"
 .venv/bin/python benchmarks/bench_journal.py
+.venv/bin/python benchmarks/bench_record.py
 .venv/bin/python benchmarks/bench_hermes.py
 .venv/bin/python benchmarks/bench_proxy.py
 .venv/bin/python benchmarks/bench_e2b.py

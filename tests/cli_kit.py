@@ -86,15 +86,18 @@ def checkpoint_ids(home: Path, name: str) -> list[str]:
 class Pty:
     """A subprocess whose stdin, stdout and stderr are a terminal we drive."""
 
-    def __init__(self, args: list[str], *, rows_cols: tuple[int, int] | None = None) -> None:
+    def __init__(self, args: list[str], *, rows_cols: tuple[int, int] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         """With ``rows_cols`` the terminal has that size and is the process's controlling terminal
-        (util-linux's setsid --ctty), so resizing it sends SIGWINCH, as a terminal emulator's does."""
+        (util-linux's setsid --ctty), so resizing it sends SIGWINCH, as a terminal emulator's does.
+        ``env`` adds to our environment."""
         self.master, slave = os.openpty()
         if rows_cols is not None:
             self.resize(*rows_cols)
             args = ["setsid", "--ctty", *args]  # not a group leader: setsid execs in place, same pid
         self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave,
-                                     start_new_session=rows_cols is None)
+                                     start_new_session=rows_cols is None,
+                                     env={**os.environ, **env} if env else None)
         os.close(slave)
         self.seen = b""
 

@@ -55,3 +55,15 @@ def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path) -> None:
     assert report["results"]["ratio"] > 0 and report["results"]["cli_exec_true"]["runs"] == 3
     assert "| CLI `exec NAME -- true`" in proc.stdout
     assert not list(Path("/tmp").glob("hsb-cli-*")), "the benchmark left its store behind"
+
+
+def test_the_record_benchmark_runs_and_writes_the_overhead_of_recording(tmp_path: Path) -> None:
+    out = tmp_path / "record.json"
+    bench = BENCH.parent / "bench_record.py"
+    proc = subprocess.run([sys.executable, str(bench), "--runs", "5", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert {"bare_exec", "recorded_fsync", "recorded_no_fsync"} <= set(results)
+    assert results["recorded_fsync"]["runs"] == 5 and "overhead_ms" in results["recorded_no_fsync"]
+    assert not list(Path("/tmp").glob("hsb-record-*")), "the benchmark left its store behind"

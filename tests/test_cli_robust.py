@@ -1,7 +1,8 @@
 """The command line as scripts and supervisors use it: stdin streamed in, every signal stopping and
 journaling what it started, runs that a kill -9 orphaned collected, any bytes survived, destructive
 commands refusing to guess. Run for real against the local backend, in real processes where a pipe,
-a signal or a terminal is the point.
+a signal or a terminal is the point. (What an interrupted or killed exec, checkpoint or restore
+leaves in the record: test_cli_kill9.py.)
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -377,45 +377,3 @@ def test_a_command_the_memory_limit_kills_is_said_to_be_killed_for_memory(home: 
         assert plain_kill.exit_code == 137 and "memory" not in plain_kill.stderr
     finally:
         hs(home, "rm", name, "--yes")
-
-
-# -- the record and the filesystem agree ---------------------------------------------------------------
-
-
-def _restore_interrupted(home: Path, box: LocalSandbox, sig: signal.Signals, delay: float) -> tuple[int, bytes]:
-    """Restore ``box`` to a checkpoint of state A from state B, with ``sig`` sent ``delay`` after the
-    preview is shown (on a terminal, so we see it as it is printed): the restore is about to start."""
-    box.write_file("/root/state", b"A")
-    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    box.write_file("/root/state", b"B")
-    box.write_file("/root/b-only", b"B")
-    term = Pty(cli(home, "checkpoint", "restore", box.name, taken, "--yes"))  # type: ignore[arg-type]
-    term.expect(b"commands since the checkpoint")
-    time.sleep(delay)
-    term.proc.send_signal(sig)
-    return term.finish(), term.seen
-
-
-@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2])
-def test_an_interrupted_restore_is_not_applied_or_applied_recorded_and_reported(
-        home: Path, box: LocalSandbox, delay: float) -> None:
-    code, seen = _restore_interrupted(home, box, signal.SIGTERM, delay)
-    state = box.read_file("/root/state")
-    b_only = hs(home, "exec", box.name, "--", "test -e /root/b-only").exit_code
-    restores = [r for r in as_json(home, "log", box.name) if r["type"] == "restore"]
-    assert b"Traceback" not in seen, seen
-    if state == b"A":  # applied: all of it, in the journal, and said
-        assert b_only == 1 and len(restores) == 1 and b"restored" in seen, (code, seen)
-    else:  # not applied: none of it, and not recorded
-        assert state == b"B" and b_only == 0 and restores == [] and b"restored" not in seen, (code, seen)
-    assert code in (0, 143, -signal.SIGTERM), (code, seen)  # -15: it came after our handlers were put back
-
-
-@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1])
-def test_a_restore_killed_with_sigkill_is_all_or_nothing(home: Path, box: LocalSandbox, delay: float) -> None:
-    _restore_interrupted(home, box, signal.SIGKILL, delay)
-    look = ("exec", box.name, "--", "cat /root/state; test -e /root/b-only && echo +b; true")
-    # (known: the first command after a restore killed mid-way may find the init it restarted gone, 125)
-    first = hs(home, *look)
-    listing = (first if first.exit_code == 0 else ok(home, *look)).stdout
-    assert listing in ("A", "B+b\n"), listing  # the checkpoint's files, or all of the newer ones

@@ -253,7 +253,7 @@ def test_destroy_is_recorded_and_ends_the_story(local_backend: Any, tmp_path: Pa
     recorded.destroy()
     assert recorded.journal.records_of(DestroyRecord)
     assert recorded.journal.story(sandbox.name).checkpoints == {}
-    assert [d["type"] for d in audit_of(tmp_path).raw()] == ["create", "checkpoint", "destroy"]
+    assert [d["type"] for d in audit_of(tmp_path).raw()] == ["create", "checkpoint_start", "checkpoint", "destroy"]
 
 
 def test_secrets_never_reach_the_logs(record: Factory, tmp_path: Path) -> None:

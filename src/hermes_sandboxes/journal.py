@@ -24,15 +24,18 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError
+from hermes_sandboxes.liveness import ProcessIdentity, alive
 from hermes_sandboxes.values import dataclass, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
     from typing import Any, ClassVar, Literal, TypeVar
+
+    from hermes_sandboxes.story import Story
 
     Trigger = Literal["manual", "auto", "agent"]
     DeleteReason = Literal["manual", "retention"]
@@ -50,7 +53,7 @@ MAX_OUTPUT_TAIL_CHARS = 2048
 _TRUNCATION_MARK = "…[truncated {} chars]"
 # Fields whose values we generate (or validate) ourselves; redacting them could only corrupt the
 # structure of the log, never hide a secret.
-_STRUCTURAL_FIELDS = frozenset({"v", "ts", "type", "sandbox", "id", "trigger", "reason"})
+_STRUCTURAL_FIELDS = frozenset({"v", "ts", "type", "sandbox", "id", "trigger", "reason", "owner", "intent"})
 
 
 def command_text(command: str | Sequence[str]) -> str:
@@ -128,7 +131,8 @@ class CreateRecord(RecordBase):
 
 @dataclass(frozen=True, kw_only=True)
 class ExecRecord(RecordBase):
-    """A command and how it ended. ``exit_code`` is None when it could not run (see ``error``)."""
+    """A command and how it ended. ``exit_code`` is None when it could not run or its end is unknown
+    (see ``error``). ``id`` names the ``ExecStartRecord`` written ahead of it."""
 
     TYPE: ClassVar[str] = "exec"
     command: str
@@ -139,6 +143,9 @@ class ExecRecord(RecordBase):
     error: str | None = None
     killed: bool = False  # stopped by us (a deadline, an interrupt, a broken pipe), not by itself
     internal: bool = False  # sent by the agent's own machinery, not by the agent (hidden by default)
+    id: str | None = None
+    unfinished: bool = False  # no end recorded yet: never written, readers make these (see ExecStartRecord)
+    lost: bool = False  # the process recording it died before it ended: how it ended is unknown
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"command": self.command, "exit_code": self.exit_code,
@@ -147,16 +154,18 @@ class ExecRecord(RecordBase):
             out["origin"] = {str(k): str(v) for k, v in self.origin.items()}
         if self.error is not None:
             out["error"] = self.error
-        if self.killed:
-            out["killed"] = True
-        if self.internal:
-            out["internal"] = True
+        for flag in ("killed", "internal", "unfinished", "lost"):
+            if getattr(self, flag):
+                out[flag] = True
+        if self.id is not None:
+            out["id"] = self.id
         return out
 
     def to_summary(self) -> dict[str, Any]:
         """The flat form a checkpoint's story and the agent tools show."""
         return {"command": self.command, "exit_code": self.exit_code, "duration_s": self.duration_s,
-                "timed_out": self.timed_out, "killed": self.killed, "internal": self.internal, "ts": self.ts}
+                "timed_out": self.timed_out, "killed": self.killed, "internal": self.internal, "ts": self.ts,
+                "unfinished": self.unfinished, "lost": self.lost}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ExecRecord:
@@ -170,7 +179,69 @@ class ExecRecord(RecordBase):
                    origin={str(k): str(v) for k, v in origin.items()},
                    error=_get(d, "error", str, optional=True),
                    killed=bool(_get(d, "killed", bool, optional=True)),
-                   internal=bool(_get(d, "internal", bool, optional=True)))
+                   internal=bool(_get(d, "internal", bool, optional=True)),
+                   id=_get(d, "id", str, optional=True),
+                   unfinished=bool(_get(d, "unfinished", bool, optional=True)),
+                   lost=bool(_get(d, "lost", bool, optional=True)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecStartRecord(RecordBase):
+    """Written ahead of a command, just before it starts, so that however the process recording it
+    ends (kill -9 included) the journal knows the command may have run. Its end is the
+    ``ExecRecord`` with the same ``id``; until there is one, readers show ``unfinished()``."""
+
+    TYPE: ClassVar[str] = "exec_start"
+    id: str
+    command: str
+    cwd: str | None = None
+    checkpoint: str | None = None  # the automatic checkpoint taken just before it
+    origin: Mapping[str, str] = field(default_factory=dict)
+    internal: bool = False
+    owner: ProcessIdentity | None = None  # the process recording it, which writes its end
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "command": self.command, "cwd": self.cwd,
+                               "checkpoint": self.checkpoint,
+                               "owner": None if self.owner is None else self.owner.to_dict()}
+        if self.origin:
+            out["origin"] = {str(k): str(v) for k, v in self.origin.items()}
+        if self.internal:
+            out["internal"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ExecStartRecord:
+        origin = d.get("origin") or {}
+        if not isinstance(origin, Mapping):
+            raise _Invalid("origin")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str), command=_get(d, "command", str),
+                   cwd=_get(d, "cwd", str, optional=True), checkpoint=_get(d, "checkpoint", str, optional=True),
+                   origin={str(k): str(v) for k, v in origin.items()},
+                   internal=bool(_get(d, "internal", bool, optional=True)),
+                   owner=ProcessIdentity.from_dict(d.get("owner")))
+
+    def owner_alive(self) -> bool:
+        return self.owner is not None and alive(self.owner)
+
+    def ended(self, *, error: str, lost: bool = False, killed: bool = False, now: float | None = None) -> ExecRecord:
+        """The end of this command as a later reader or process records it (its exit code unknown)."""
+        ts = time.time() if now is None else now
+        return ExecRecord(sandbox=self.sandbox, ts=ts, command=self.command, exit_code=None,
+                          duration_s=max(0.0, ts - self.ts), origin=self.origin, error=error, killed=killed,
+                          internal=self.internal, id=self.id, lost=lost)
+
+    def unfinished(self, now: float | None = None) -> ExecRecord:
+        """What a reader can say of this command while no end is recorded: still running, or lost
+        with the process that recorded it. Dated when it started."""
+        pid = self.owner.pid if self.owner is not None else "?"
+        lost = not self.owner_alive()
+        error = (f"lost: the process recording it (pid {pid}) died before it ended" if lost
+                 else f"unfinished: still running (recorded by pid {pid})")
+        duration = max(0.0, (time.time() if now is None else now) - self.ts)
+        return ExecRecord(sandbox=self.sandbox, ts=self.ts, command=self.command, exit_code=None,
+                          duration_s=duration, origin=self.origin, error=error, internal=self.internal,
+                          id=self.id, unfinished=True, lost=lost)
 
 
 @dataclass(frozen=True)
@@ -202,11 +273,13 @@ class CheckpointRecord(RecordBase):
     trigger_command: str | None = None  # the risky command an automatic checkpoint protects against
     layer_bytes: int | None = None
     health: HealthCheck | None = None
+    intent: str | None = None  # the CheckpointStartRecord written ahead of it
 
     def fields(self) -> dict[str, Any]:
         return {"id": self.id, "comment": self.comment, "trigger": self.trigger,
                 "trigger_command": self.trigger_command, "layer_bytes": self.layer_bytes,
-                "health": self.health.to_dict() if self.health else None}
+                "health": self.health.to_dict() if self.health else None,
+                **({"intent": self.intent} if self.intent else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CheckpointRecord:
@@ -220,7 +293,8 @@ class CheckpointRecord(RecordBase):
                    comment=_get(d, "comment", str, optional=True) or "", trigger=trigger,
                    trigger_command=_get(d, "trigger_command", str, optional=True),
                    layer_bytes=_get(d, "layer_bytes", int, optional=True),
-                   health=HealthCheck.from_dict(health) if health is not None else None)
+                   health=HealthCheck.from_dict(health) if health is not None else None,
+                   intent=_get(d, "intent", str, optional=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,14 +302,86 @@ class RestoreRecord(RecordBase):
     TYPE: ClassVar[str] = "restore"
     id: str
     discarded: int  # commands whose effects the restore threw away
+    intent: str | None = None  # the RestoreStartRecord written ahead of it
+    note: str | None = None  # e.g. recorded by a later call, its restorer having died first
 
     def fields(self) -> dict[str, Any]:
-        return {"id": self.id, "discarded": self.discarded}
+        return {"id": self.id, "discarded": self.discarded, **({"intent": self.intent} if self.intent else {}),
+                **({"note": self.note} if self.note else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RestoreRecord:
         return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str),
-                   discarded=_get(d, "discarded", int))
+                   discarded=_get(d, "discarded", int), intent=_get(d, "intent", str, optional=True),
+                   note=_get(d, "note", str, optional=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreStartRecord(RecordBase):
+    """Written ahead of a restore to checkpoint ``id``: its end is the ``RestoreRecord`` (applied) or
+    the ``AbandonedRecord`` (not applied) with the same ``intent``."""
+
+    TYPE: ClassVar[str] = "restore_start"
+    id: str
+    intent: str
+    discarded: int
+    owner: ProcessIdentity | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"id": self.id, "intent": self.intent, "discarded": self.discarded,
+                "owner": None if self.owner is None else self.owner.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RestoreStartRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"], id=_get(d, "id", str), intent=_get(d, "intent", str),
+                   discarded=_get(d, "discarded", int), owner=ProcessIdentity.from_dict(d.get("owner")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointStartRecord(RecordBase):
+    """Written ahead of a checkpoint: its end is the ``CheckpointRecord`` (taken) or the
+    ``AbandonedRecord`` (never taken) with the same ``intent``."""
+
+    TYPE: ClassVar[str] = "checkpoint_start"
+    intent: str
+    comment: str = ""
+    trigger: Trigger = "manual"
+    trigger_command: str | None = None
+    owner: ProcessIdentity | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"intent": self.intent, "comment": self.comment, "trigger": self.trigger,
+                "trigger_command": self.trigger_command,
+                "owner": None if self.owner is None else self.owner.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckpointStartRecord:
+        trigger = _get(d, "trigger", str)
+        if trigger not in TRIGGERS:
+            raise _Invalid("trigger")
+        return cls(sandbox=d["sandbox"], ts=d["ts"], intent=_get(d, "intent", str),
+                   comment=_get(d, "comment", str, optional=True) or "", trigger=trigger,
+                   trigger_command=_get(d, "trigger_command", str, optional=True),
+                   owner=ProcessIdentity.from_dict(d.get("owner")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AbandonedRecord(RecordBase):
+    """A restore or checkpoint written ahead that did not happen (``reason`` says why)."""
+
+    TYPE: ClassVar[str] = "abandoned"
+    intent: str
+    reason: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"intent": self.intent, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AbandonedRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"], intent=_get(d, "intent", str), reason=_get(d, "reason", str))
+
+
+Intent = RestoreStartRecord | CheckpointStartRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,12 +477,14 @@ class AllowRecord(RecordBase):
                    previous=None if previous is None else tuple(previous))
 
 
-Record = (CreateRecord | ExecRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
-          | CheckpointNamedRecord | DestroyRecord | EgressRecord | AllowRecord)
+Record = (CreateRecord | ExecRecord | ExecStartRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
+          | CheckpointNamedRecord | DestroyRecord | EgressRecord | AllowRecord | RestoreStartRecord
+          | CheckpointStartRecord | AbandonedRecord)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
-    for kind in (CreateRecord, ExecRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
-                 CheckpointNamedRecord, DestroyRecord, EgressRecord, AllowRecord)
+    for kind in (CreateRecord, ExecRecord, ExecStartRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
+                 CheckpointNamedRecord, DestroyRecord, EgressRecord, AllowRecord, RestoreStartRecord,
+                 CheckpointStartRecord, AbandonedRecord)
 }
 
 
@@ -525,6 +673,8 @@ class Journal:
         return [r for r in self.records(sandbox=sandbox) if isinstance(r, kind)]
 
     def story(self, sandbox: str | None = None, *, include_internal: bool = False) -> Story:
+        from hermes_sandboxes.story import fold_story  # the story module reads records of this one
+
         return fold_story(self.records(sandbox=sandbox), include_internal=include_internal)
 
     def commands_since(self, checkpoint_id: str, *, sandbox: str | None = None,
@@ -544,131 +694,6 @@ def _sync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# ---------------------------------------------------------------------------------------------
-# The story: what happened between checkpoints, folded from the records.
-
-
-@dataclass(frozen=True)
-class CheckpointStory:
-    record: CheckpointRecord
-    previous: str | None  # the checkpoint this one's state grew from (taken or restored to)
-    commands: tuple[ExecRecord, ...]  # run between ``previous`` and this checkpoint
-    deleted: CheckpointDeleteRecord | None = None
-
-
-@dataclass(frozen=True)
-class _Node:
-    """One step of a lineage: commands chain back to the start, restores jump to an old chain.
-
-    Sharing the chains keeps the fold linear however many checkpoints there are."""
-
-    parent: _Node | None
-    depth: int
-    command: ExecRecord | None  # None marks the start of a checkpoint the journal never saw taken
-
-
-class Story:
-    """The fold of one sandbox's records. Build it with ``fold_story``."""
-
-    def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        self.checkpoints: dict[str, CheckpointStory] = {}
-        self.restores: list[RestoreRecord] = []
-        self._at: dict[str, _Node | None] = {}  # each checkpoint's lineage when it was taken
-        self._head: _Node | None = None
-        self._base: str | None = None
-        self._pending: list[ExecRecord] = []
-        self.named: list[str] = []  # checkpoints named to the agent as its undo, oldest first
-
-    @property
-    def base(self) -> str | None:
-        """The checkpoint the current state grew from (the last one taken or restored to)."""
-        return self._base
-
-    def get(self, checkpoint_id: str) -> CheckpointStory | None:
-        return self.checkpoints.get(checkpoint_id)
-
-    def commands_since(
-        self, checkpoint_id: str, *, created_at: float | None = None
-    ) -> list[ExecRecord] | None:
-        """The commands a restore to ``checkpoint_id`` would throw away, oldest first.
-
-        Those are the commands of the current lineage that the checkpoint's lineage does not share,
-        so commands already discarded by an earlier restore do not count twice. For a checkpoint
-        the journal never saw, ``created_at`` (its creation time) selects the later commands;
-        without it the answer is None (unknown)."""
-        if checkpoint_id not in self._at:
-            if created_at is None:
-                return None
-            return [n.command for n in self._walk(self._head, stop=lambda n: n.command is not None
-                                                  and n.command.ts <= created_at) if n.command]
-        target = self._at[checkpoint_id]
-        ancestor = _common_ancestor(self._head, target)
-        return [n.command for n in self._walk(self._head, stop=lambda n: n is ancestor) if n.command]
-
-    @staticmethod
-    def _walk(node: _Node | None, stop: Callable[[_Node], bool]) -> list[_Node]:
-        out: list[_Node] = []
-        while node is not None and not stop(node):
-            out.append(node)
-            node = node.parent
-        out.reverse()
-        return out
-
-    def _apply(self, record: Record) -> None:
-        if isinstance(record, ExecRecord):
-            depth = self._head.depth + 1 if self._head else 1
-            self._head = _Node(self._head, depth, record)
-            self._pending.append(record)
-        elif isinstance(record, CheckpointRecord):
-            self.checkpoints[record.id] = CheckpointStory(record, self._base, tuple(self._pending))
-            self._at[record.id] = self._head
-            self._base, self._pending = record.id, []
-        elif isinstance(record, RestoreRecord):
-            if record.id not in self._at:
-                self._at[record.id] = _Node(None, 1, None)
-            self._head = self._at[record.id]
-            self._base, self._pending = record.id, []
-            self.restores.append(record)
-        elif isinstance(record, CheckpointDeleteRecord):
-            told = self.checkpoints.get(record.id)
-            if told is not None:
-                self.checkpoints[record.id] = CheckpointStory(
-                    told.record, told.previous, told.commands, deleted=record)
-        elif isinstance(record, EgressRecord | AllowRecord):
-            pass  # the network (its traffic, its allow-list) is no part of a checkpoint's story
-        elif isinstance(record, CheckpointNamedRecord):
-            self.named.append(record.id)
-        else:  # create or destroy: a new life for the name, the old checkpoints went with the old one
-            self._reset()
-
-
-def _common_ancestor(a: _Node | None, b: _Node | None) -> _Node | None:
-    def depth(n: _Node | None) -> int:
-        return n.depth if n else 0
-
-    while depth(a) > depth(b):
-        a = a.parent if a else None
-    while depth(b) > depth(a):
-        b = b.parent if b else None
-    while a is not b:
-        a = a.parent if a else None
-        b = b.parent if b else None
-    return a
-
-
-def fold_story(records: Iterable[Record], *, include_internal: bool = False) -> Story:
-    """Replay records (oldest first) into the story of each checkpoint. Commands the agent framework
-    sent by itself are left out unless ``include_internal``: they are not the agent's story."""
-    story = Story()
-    for record in records:
-        if include_internal or not (isinstance(record, ExecRecord) and record.internal):
-            story._apply(record)
-    return story
 
 
 def validate_trigger(trigger: str) -> Trigger:

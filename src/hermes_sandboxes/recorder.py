@@ -25,16 +25,24 @@ automatic checkpoints and the audit log unchanged. What it adds:
 - where the backend lacks a capability, it degrades and says so: no checkpoint deletion means
   retention keeps everything (``retention_note``), no diff means previews say why.
 
-Write-ahead is not attempted: a host dying between the backend's checkpoint and the journal append
-leaves a checkpoint with no record, which still lists, with trigger ``unknown``.
+Commands are written ahead: before a command starts, an ``exec_start`` record (its id, command,
+working directory, automatic checkpoint and the recording process's identity) goes to the journal
+and the audit log; its end completes it. However the recording process ends (kill -9 included), a
+command that started is in the record: readers show one with no end as unfinished while its
+recorder lives and as lost once it died, and ``settle()`` (the CLI's next call that reads the
+story, or ``gc``) writes its end as lost. The write-ahead append follows the journal's own fsync
+policy.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
+import os
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
+from hermes_sandboxes import intents, liveness
+from hermes_sandboxes.command import RecordedProcess, _Prepared
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.journal import (
     MAX_OUTPUT_TAIL_CHARS,
@@ -42,15 +50,18 @@ from hermes_sandboxes.journal import (
     CheckpointDeleteRecord,
     CheckpointNamedRecord,
     CheckpointRecord,
-    CheckpointStory,
+    CheckpointStartRecord,
     CreateRecord,
     DestroyRecord,
     ExecRecord,
+    ExecStartRecord,
     HealthCheck,
+    Intent,
     Journal,
+    Record,
     RecordBase,
     RestoreRecord,
-    Story,
+    RestoreStartRecord,
     command_text,
     validate_trigger,
 )
@@ -62,21 +73,22 @@ from hermes_sandboxes.sandbox import (
     Command,
     ExecResult,
     FileChange,
-    OutputSink,
-    Process,
     Sandbox,
 )
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
+from hermes_sandboxes.story import CheckpointStory, Story
 from hermes_sandboxes.values import dataclass, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
     from typing import Any
 
+    from typing_extensions import Unpack
+
+    from hermes_sandboxes.command import CommandOptions
     from hermes_sandboxes.diffsummary import DiffSummary
     from hermes_sandboxes.journal import DeleteReason, Trigger
     from hermes_sandboxes.risk import CheckpointPolicy
-    from hermes_sandboxes.sandbox import Stdin
 
 DEFAULT_RETENTION = 10
 DEFAULT_MIN_AGE = 600.0  # seconds: an automatic checkpoint this young is never pruned
@@ -95,7 +107,7 @@ class StoriedCheckpoint:
     ``id``, ``created_at``, ``comment``, ``trigger`` (manual | auto | agent | unknown),
     ``trigger_command`` (the risky command an automatic checkpoint protects against),
     ``previous`` (the checkpoint this state grew from), ``commands`` (what ran since ``previous``:
-    command, exit_code, duration_s, timed_out, killed, internal, ts), ``health`` (the health
+    command, exit_code, duration_s, timed_out, killed, internal, ts, unfinished, lost), ``health`` (the health
     command's result: command, exit_code, passed, output_tail; or null), ``layer_bytes`` (size of
     what the sandbox had changed, where known) and ``journaled`` (false: taken by other means, the
     journal has no story for it)."""
@@ -154,61 +166,6 @@ class RestorePreview:
         }
 
 
-class RecordedProcess(Process):
-    """A started command whose end is journaled once: when ``wait()`` sees it end (exit code or a
-    lost sandbox). ``kill()`` marks it killed by us. The checkpoint taken before it, if any, is
-    ``auto_checkpoint``."""
-
-    def __init__(self, recorder: RecordedSandbox, inner: Process, command: str, *, origin: Mapping[str, str],
-                 internal: bool, auto_checkpoint: StoriedCheckpoint | None, verdict: RiskVerdict,
-                 credentials: CredentialPlan) -> None:
-        self._recorder = recorder
-        self._inner = inner
-        self._command = command
-        self._origin = dict(origin)
-        self._internal = internal
-        self._started = time.monotonic()
-        self._killed = False
-        self._recorded = False
-        self._lock = threading.Lock()
-        self.auto_checkpoint = auto_checkpoint
-        self.verdict = verdict
-        self.credentials = credentials
-
-    @property
-    def inner(self) -> Process:
-        return self._inner
-
-    @property
-    def returncode(self) -> int | None:
-        return self._inner.returncode
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        try:
-            code = self._inner.wait(timeout)
-        except SandboxError as exc:
-            self.record(None, error=str(exc))
-            raise
-        if code is not None:
-            self.record(code)
-        return code
-
-    def kill(self) -> None:
-        self._killed = True
-        self._inner.kill()
-
-    def record(self, exit_code: int | None, *, timed_out: bool = False, error: str | None = None,
-               killed: bool = False) -> None:
-        """Journal how the command ended (once; later calls are ignored)."""
-        with self._lock:
-            if self._recorded:
-                return
-            self._recorded = True
-        self._recorder.record_exec(self._command, exit_code, time.monotonic() - self._started,
-                                   timed_out=timed_out, origin=self._origin, error=error,
-                                   killed=killed or self._killed, internal=self._internal)
-
-
 def _validate_policy(policy: str) -> CheckpointPolicy:
     if policy not in CHECKPOINT_POLICIES:
         raise InvalidInput(
@@ -253,6 +210,7 @@ class RecordedSandbox:
         self._inner = sandbox
         self._journal = journal
         self._audit = audit if audit is not None and audit.path != journal.path else None
+        self._markers = intents.Markers(journal.path)
         if min_age < 0:
             raise InvalidInput(f"the minimum age of a prunable checkpoint cannot be negative, not {min_age}")
         self.policy = _validate_policy(policy)
@@ -307,100 +265,121 @@ class RecordedSandbox:
 
     # -- commands -------------------------------------------------------------------------------
 
-    def _prepare(self, command: Command, *, record_as: str | None, checkpoint: CheckpointPolicy | None,
-                 cwd: str | None, env: Mapping[str, str] | None, internal: bool,
-                 origin: Mapping[str, str] | None) -> tuple[str, dict[str, str], dict[str, str], CredentialPlan,
-                                                         StoriedCheckpoint | None, RiskVerdict]:
-        """Everything before a command starts: its credentials, its automatic checkpoint, its origin."""
+    def _prepare(self, command: Command, options: CommandOptions) -> _Prepared:
+        """Everything before a command starts: its credentials, its automatic checkpoint, its origin,
+        and the record written ahead of it (from then on the journal knows it may have run)."""
+        self._settle_pending()
+        internal = options.get("internal", False)
+        record_as = options.get("record_as")
         text = record_as if record_as is not None else command_text(command)
         plan = plan_credentials(text, self.credentials, self.lookup) if not internal else CredentialPlan()
         for name, value in plan.env.items():
             self.redactor.add(name, value)
-        if internal:
-            auto, verdict = None, RiskVerdict(False, ())
-        else:
+        auto, verdict = options.get("auto_checkpoint"), RiskVerdict(False, ())
+        if not internal and auto is None:
             try:
-                auto, verdict = self.checkpoint_if_risky(text, policy=checkpoint, cwd=cwd)
+                auto, verdict = self.checkpoint_if_risky(text, policy=options.get("checkpoint"), cwd=options.get("cwd"))
             except (CheckpointFailed, InvalidInput):
                 raise
             except SandboxError as exc:  # fail closed: no checkpoint, no risky command
                 raise CheckpointFailed(f"the automatic checkpoint of sandbox {self.name} before this command "
                                        f"failed ({exc}); the command was not run") from exc
-        tags = {**(origin or {})}
+        tags = {**(options.get("origin") or {})}
         if plan.used:
             tags["credentials"] = ",".join(plan.used)  # names only, never values
-        return text, {**(env or {}), **plan.env}, tags, plan, auto, verdict
-
-    def start(
-        self,
-        command: Command,
-        *,
-        record_as: str | None = None,
-        checkpoint: CheckpointPolicy | None = None,
-        origin: Mapping[str, str] | None = None,
-        internal: bool = False,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: Stdin = None,
-        on_stdout: OutputSink | None = None,
-        on_stderr: OutputSink | None = None,
-    ) -> RecordedProcess:
-        """Start ``command`` the recorded way: credentials for the programs it runs, an automatic
-        checkpoint first if the policy wants one (if it cannot be taken, nothing runs), and its end
-        journaled when ``wait()`` sees it. ``record_as`` is the command line to classify and record
-        when ``command`` wraps it (Hermes's shell wrapper); ``internal`` marks the agent's own
-        housekeeping (never checkpointed, hidden from stories by default)."""
-        text, run_env, tags, plan, auto, verdict = self._prepare(
-            command, record_as=record_as, checkpoint=checkpoint, cwd=cwd, env=env, internal=internal,
-            origin=origin)
         internal = internal or verdict.internal is not None  # the framework's housekeeping, by its shape
-        try:
-            inner = self._inner.start(command, cwd=cwd, env=run_env, stdin=stdin, on_stdout=on_stdout,
-                                      on_stderr=on_stderr)
-        except SandboxError as exc:
-            self.record_exec(text, None, 0.0, origin=tags, error=str(exc), internal=internal)
-            raise
-        return RecordedProcess(self, inner, text, origin=tags, internal=internal, auto_checkpoint=auto,
-                               verdict=verdict, credentials=plan)
+        start = ExecStartRecord(sandbox=self.name, id=os.urandom(8).hex(), command=text, cwd=options.get("cwd"),
+                                checkpoint=auto.id if auto is not None else None,
+                                origin={**self.origin, **tags}, internal=internal, owner=liveness.current())
+        self._record(start)
+        return _Prepared(text, {**(options.get("env") or {}), **plan.env}, tags, plan, auto, verdict, internal,
+                         start.id)
 
-    def exec(
-        self,
-        command: Command,
-        *,
-        record_as: str | None = None,
-        checkpoint: CheckpointPolicy | None = None,
-        origin: Mapping[str, str] | None = None,
-        internal: bool = False,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: Stdin = None,
-        timeout: float | None = None,
-        on_stdout: OutputSink | None = None,
-        on_stderr: OutputSink | None = None,
-        capture_limit: int = 256 * 1024,
-    ) -> RecordedExec:
+    def start(self, command: Command, **options: Unpack[CommandOptions]) -> RecordedProcess:
+        """Start ``command`` the recorded way: credentials for the programs it runs, an automatic
+        checkpoint first if the policy wants one (if it cannot be taken, nothing runs), a record
+        written ahead that it starts, and its end journaled when ``wait()`` sees it. See
+        ``CommandOptions`` for the options."""
+        ready = self._prepare(command, options)
+        try:
+            inner = self._inner.start(command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
+                                      on_stdout=options.get("on_stdout"), on_stderr=options.get("on_stderr"))
+        except SandboxError as exc:
+            self.record_exec(ready.text, None, 0.0, origin=ready.tags, error=str(exc), internal=ready.internal,
+                             exec_id=ready.id)
+            raise
+        return RecordedProcess(self, inner, ready.text, origin=ready.tags, internal=ready.internal,
+                               auto_checkpoint=ready.auto, verdict=ready.verdict, credentials=ready.plan,
+                               exec_id=ready.id)
+
+    def exec(self, command: Command, *, timeout: float | None = None, capture_limit: int = 256 * 1024,
+             **options: Unpack[CommandOptions]) -> RecordedExec:
         """Run ``command`` to its end (or ``timeout``) the recorded way (see ``start``). A command
         that an interrupt (Ctrl-C, a signal turned into an exception) stops is killed by the
-        sandbox's exec and journaled as killed before the interrupt goes on. ``env`` is passed on
-        and never recorded."""
-        text, run_env, tags, plan, auto, verdict = self._prepare(
-            command, record_as=record_as, checkpoint=checkpoint, cwd=cwd, env=env, internal=internal,
-            origin=origin)
-        internal = internal or verdict.internal is not None  # the framework's housekeeping, by its shape
+        sandbox's exec and journaled as killed before the interrupt goes on."""
+        ready = self._prepare(command, options)
         started = time.monotonic()
+        ending: dict[str, Any] = {"origin": ready.tags, "internal": ready.internal, "exec_id": ready.id}
         try:
-            result = self._inner.exec(command, cwd=cwd, env=run_env, stdin=stdin, timeout=timeout,
-                                      on_stdout=on_stdout, on_stderr=on_stderr, capture_limit=capture_limit)
+            result = self._inner.exec(command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
+                                      timeout=timeout, on_stdout=options.get("on_stdout"),
+                                      on_stderr=options.get("on_stderr"), capture_limit=capture_limit)
         except SandboxError as exc:
-            self.record_exec(text, None, time.monotonic() - started, origin=tags, error=str(exc), internal=internal)
+            self.record_exec(ready.text, None, time.monotonic() - started, error=str(exc), **ending)
             raise
         except BaseException as exc:  # interrupted: exec has killed the command; record before going on
-            self.record_exec(text, None, time.monotonic() - started, origin=tags, killed=True, internal=internal,
-                             error=f"interrupted ({type(exc).__name__})")
+            self.record_exec(ready.text, None, time.monotonic() - started, killed=True,
+                             error=f"interrupted ({type(exc).__name__})", **ending)
             raise
-        self.record_exec(text, result.exit_code, result.duration_s, timed_out=result.timed_out, origin=tags,
-                         killed=result.timed_out, internal=internal)
-        return RecordedExec(result, auto, verdict, plan)
+        self.record_exec(ready.text, result.exit_code, result.duration_s, timed_out=result.timed_out,
+                         killed=result.timed_out, **ending)
+        return RecordedExec(result, ready.auto, ready.verdict, ready.plan)
+
+    def settle(self) -> list[Record]:
+        """Record the end of what processes that died (kill -9, a crash, a lost host) left open in
+        this sandbox's journal: their commands, as lost (see ``Story.lost``; nothing here kills what
+        may still run inside: no backend can name such a command to us precisely), and their
+        restores and checkpoints, as the sandbox shows them (see ``intents``). Returns the records
+        written."""
+        story = self._story(include_internal=True)
+        written: list[Record] = [*story.lost()]
+        for end in written:
+            self._record(end)
+        journaled = set(story.checkpoints)
+        for intent in list(story.intents.values()):
+            if intent.owner is not None and liveness.alive(intent.owner):
+                continue
+            ended = intents.settle(self._inner, intent, journaled)
+            self._record(ended)
+            written.append(ended)
+            if isinstance(ended, CheckpointRecord):
+                journaled.add(ended.id)
+        for dead in self._markers.dead():
+            self._markers.remove(dead)
+        return written
+
+    def _settle_pending(self) -> None:
+        """Settle first when a restore or checkpoint may be under way or left by a dead process (a
+        marker exists): a verdict on it must see the sandbox as that process left it."""
+        if self._markers.any():
+            self.settle()
+
+    @contextlib.contextmanager
+    def _ahead(self, intent: Intent) -> Iterator[None]:
+        """Write ``intent`` ahead (its marker, then its record) for the block, which records its end.
+        If the block raises, its end is judged from the sandbox and recorded before going on."""
+        self._markers.add(intent.intent)
+        self._record(intent)
+        try:
+            yield
+        except BaseException as exc:
+            with contextlib.suppress(SandboxError):  # cannot judge now: a later call will, once we are gone
+                journaled = set(self._story(include_internal=True).checkpoints)
+                why = f"it failed ({type(exc).__name__}: {exc})"
+                self._record(intents.settle(self._inner, intent, journaled, why))
+                self._markers.remove(intent.intent)
+            raise
+        self._markers.remove(intent.intent)
 
     def checkpoint_if_risky(self, command: str, *, policy: CheckpointPolicy | None = None,
                             cwd: str | None = None) -> tuple[StoriedCheckpoint | None, RiskVerdict]:
@@ -445,17 +424,17 @@ class RecordedSandbox:
 
     def record_exec(self, command: str, exit_code: int | None, duration_s: float, *, timed_out: bool = False,
                     origin: Mapping[str, str] | None = None, error: str | None = None, killed: bool = False,
-                    internal: bool | None = None) -> None:
+                    internal: bool | None = None, exec_id: str | None = None) -> None:
         """Journal (and audit) how a command ended; ``origin`` adds to the sandbox's own tags. Used
         by ``start``/``exec`` and by faces that run a command past them (an interactive shell).
         ``internal`` marks housekeeping the agent framework sent by itself; None recognises it from
-        the text."""
+        the text. ``exec_id`` is the id of the record written ahead of the command, if any."""
         if internal is None:
             internal = hermes_internal(command) is not None
         self._record(ExecRecord(sandbox=self.name, command=command, exit_code=exit_code,
                                 duration_s=duration_s, timed_out=timed_out,
                                 origin={**self.origin, **(origin or {})}, error=error, killed=killed,
-                                internal=internal))
+                                internal=internal, id=exec_id))
 
     def _exists(self, path: str) -> bool:
         """Whether ``path`` exists in the sandbox; the classifier asks only about redirect targets
@@ -476,12 +455,16 @@ class RecordedSandbox:
         run_health = self.health_command is not None and (
             trigger in self.health_on if health is None else health)
         checked = self._run_health() if run_health else None
-        taken = self._inner.checkpoint(comment)
-        # the size the backend reports with the checkpoint (None when it measures lazily, as the
-        # local backend does: walking a big layer here would cost more than the snapshot)
-        self._record(CheckpointRecord(sandbox=self.name, id=taken.id, comment=comment, trigger=trigger,
-                                      trigger_command=trigger_command, layer_bytes=taken.size_bytes,
-                                      health=checked))
+        self._settle_pending()
+        ahead = CheckpointStartRecord(sandbox=self.name, intent=intents.token(), comment=comment, trigger=trigger,
+                                      trigger_command=trigger_command, owner=liveness.current())
+        with self._ahead(ahead):
+            taken = self._inner.checkpoint(comment)
+            # the size the backend reports with the checkpoint (None when it measures lazily, as the
+            # local backend does: walking a big layer here would cost more than the snapshot)
+            self._record(CheckpointRecord(sandbox=self.name, id=taken.id, comment=comment, trigger=trigger,
+                                          trigger_command=trigger_command, layer_bytes=taken.size_bytes,
+                                          health=checked, intent=ahead.intent))
         if trigger == "auto":
             self._prune()
         return self._enrich(taken, self._story(), live=None)
@@ -623,10 +606,15 @@ class RecordedSandbox:
     def restore(self, checkpoint_id: str, *, include_internal: bool = False) -> list[ExecRecord] | None:
         """Restore and record it; returns the commands thrown away (None: the journal cannot tell),
         the agent framework's own housekeeping left out unless ``include_internal``."""
+        self._settle_pending()
         checkpoint = self.get_checkpoint(checkpoint_id)
         discarded = self._story(include_internal).commands_since(checkpoint_id, created_at=checkpoint.created_at)
-        self._inner.restore(checkpoint_id)
-        self._record(RestoreRecord(sandbox=self.name, id=checkpoint_id, discarded=len(discarded or ())))
+        ahead = RestoreStartRecord(sandbox=self.name, id=checkpoint_id, intent=intents.token(),
+                                   discarded=len(discarded or ()), owner=liveness.current())
+        with self._ahead(ahead):  # recorded as restored exactly when the files are the checkpoint's
+            self._inner.restore(checkpoint_id)
+            self._record(RestoreRecord(sandbox=self.name, id=checkpoint_id, discarded=ahead.discarded,
+                                       intent=ahead.intent))
         return discarded
 
     def delete_checkpoint(self, checkpoint_id: str, *, reason: DeleteReason = "manual") -> None:

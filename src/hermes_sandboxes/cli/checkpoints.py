@@ -31,20 +31,25 @@ from hermes_sandboxes.diffsummary import DEFAULT_MAX_ROWS, DiffSummary, full_lis
 from hermes_sandboxes.errors import SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.journal import (
+    AbandonedRecord,
     AllowRecord,
     CheckpointDeleteRecord,
     CheckpointNamedRecord,
     CheckpointRecord,
+    CheckpointStartRecord,
     CreateRecord,
     DestroyRecord,
     EgressRecord,
     ExecRecord,
     Record,
     RestoreRecord,
+    RestoreStartRecord,
 )
+from hermes_sandboxes.liveness import alive
 from hermes_sandboxes.recorder import RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.risk.internal import is_hermes_scratch
 from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Capability, ChangeKind, FileChange
+from hermes_sandboxes.story import as_shown
 
 EXIT_CANCELLED = 1
 EXIT_HEALTH_FAILED = 1
@@ -53,6 +58,14 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 def _session(workspace: Workspace, name: str) -> Session:
     return workspace.session(workspace.sandbox(name))
+
+
+def _settled(workspace: Workspace, name: str) -> Session:
+    """The session, after recording as lost the commands whose CLI died before they ended (so a
+    checkpoint's story and a restore's preview count them as ended before this)."""
+    session = _session(workspace, name)
+    session.recorded.settle()
+    return session
 
 
 @click.group()
@@ -73,7 +86,7 @@ def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str
                       health_timeout: float) -> int:
     """Checkpoint NAME now; prints the checkpoint's id."""
     ui = Ui()
-    session = _session(workspace, name)
+    session = _settled(workspace, name)
     session.recorded.health_timeout = health_timeout
     started = time.monotonic()
     cheap = Capability.CHEAP_CHECKPOINTS in session.sandbox.backend.capabilities
@@ -171,15 +184,25 @@ def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, show_al
 
 
 def _commands_table(ui: Ui, commands: Sequence[Mapping[str, Any]], *, title: str) -> None:
-    rows = [[clock(float(c.get("ts") or 0)), _exit_text(c.get("exit_code"), bool(c.get("timed_out"))),
+    rows = [[clock(float(c.get("ts") or 0)), _exit_text(c.get("exit_code"), bool(c.get("timed_out")), _ending(c)),
              duration(c.get("duration_s")), one_line(str(c.get("command", "")), 80)] for c in commands]
     ui.table(["TIME", "EXIT", "TOOK", "COMMAND"], rows, title=title)
 
 
-def _exit_text(code: object, timed_out: bool = False) -> str:
+def _exit_text(code: object, timed_out: bool = False, ending: str | None = None) -> str:
+    if ending is not None:
+        return ending
     if timed_out:
         return "timeout"
     return "-" if code is None else str(code)
+
+
+def _ending(command: Mapping[str, Any]) -> str | None:
+    """How a command with no exit code to show ended: "lost" (its recording process died before it
+    did) or "running" (written ahead, no end recorded yet, its recorder still alive)."""
+    if command.get("lost"):
+        return "lost"
+    return "running" if command.get("unfinished") else None
 
 
 @checkpoint.command(name="diff")
@@ -244,7 +267,7 @@ def summary_table(ui: Ui, summary: DiffSummary, *, title: str) -> None:
 def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: bool) -> int:
     """Return NAME to checkpoint ID, after showing what that throws away."""
     ui = Ui()
-    session = _session(workspace, name)
+    session = _settled(workspace, name)
     session.recorded.get_checkpoint(checkpoint_id)  # an unknown id: one line, before any refusal
     if not yes and not is_stdin_tty():
         confirm("", yes=yes, refusal=f"not restoring {name}")  # refuses: nobody can be asked
@@ -324,10 +347,12 @@ def remove_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: 
 def log(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
     """NAME's audit trail: commands, checkpoints, restores and deletions, oldest first.
 
-    Also works for a sandbox that was destroyed, as long as its history is in the audit log."""
+    Also works for a sandbox that was destroyed, as long as its history is in the audit log. A
+    command whose end is not recorded shows as running while the process that started it lives,
+    and as lost once that process died before it (kill -9, a crash)."""
     ui = Ui()
     validate_name(name)
-    records = workspace.audit().records(sandbox=name)
+    records = as_shown(workspace.audit().records(sandbox=name))
     if not records and name not in {i.name for i in workspace.backend.list()}:
         raise SandboxNotFound(f"no sandbox named {name} and no history for it; see `hermes-sandboxes ls`")
     if not show_all:
@@ -346,13 +371,19 @@ def _describe(r: Record) -> list[str]:
     """EXIT, TOOK and DETAIL cells for one record."""
     if isinstance(r, ExecRecord):
         detail = one_line(r.command, 80) + (f"  ({r.error})" if r.error else "")
-        return [_exit_text(r.exit_code, r.timed_out), duration(r.duration_s), detail]
+        return [_exit_text(r.exit_code, r.timed_out, _ending(r.to_summary())), duration(r.duration_s), detail]
     if isinstance(r, CheckpointRecord):
         # an automatic checkpoint's comment already names its command; say it only when it does not
         told = r.comment or (f"before: {r.trigger_command}" if r.trigger_command else "")
         return ["", "", f"{r.id} [{r.trigger}] {one_line(told, 70)}".rstrip()]
     if isinstance(r, RestoreRecord):
-        return ["", "", f"to {r.id}, discarding {r.discarded} command(s)"]
+        return ["", "", f"to {r.id}, discarding {r.discarded} command(s)" + (f" ({r.note})" if r.note else "")]
+    if isinstance(r, RestoreStartRecord | CheckpointStartRecord):
+        what = f"restore to {r.id}" if isinstance(r, RestoreStartRecord) else "checkpoint"
+        state = "under way" if r.owner is not None and alive(r.owner) else "its process died before its end"
+        return ["", "", f"{what}: {state}"]
+    if isinstance(r, AbandonedRecord):
+        return ["", "", one_line(r.reason, 100)]
     if isinstance(r, CheckpointNamedRecord):
         return ["", "", f"{r.id} named to the agent as its undo"]
     if isinstance(r, CheckpointDeleteRecord):

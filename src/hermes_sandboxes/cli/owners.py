@@ -14,17 +14,7 @@ import json
 import os
 from pathlib import Path
 
-
-def start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
-    when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2:].split()
-    return fields[19].decode()  # field 22 counts from 1 and includes pid and comm, cut above
+from hermes_sandboxes.liveness import start_time
 
 
 class Owners:

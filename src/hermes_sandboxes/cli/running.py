@@ -21,9 +21,10 @@ from collections.abc import Callable
 
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.session import Session, recorder_policy
+from hermes_sandboxes.command import RecordedProcess
 from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
 from hermes_sandboxes.journal import command_text
-from hermes_sandboxes.recorder import RecordedProcess, StoriedCheckpoint
+from hermes_sandboxes.recorder import StoriedCheckpoint
 from hermes_sandboxes.risk import hermes_internal
 from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink
 from hermes_sandboxes.values import dataclass
@@ -128,7 +129,7 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
             # housekeeping is still recorded as internal, as the recorder would judge it)
             internal = hermes_internal(command_text(command)) is not None
             proc = session.recorded.start(
-                command, checkpoint="off", internal=internal, cwd=cwd, env=env, stdin=stdin,
+                command, checkpoint="off", auto_checkpoint=taken, internal=internal, cwd=cwd, env=env, stdin=stdin,
                 on_stdout=output.sink(sys.stdout), on_stderr=output.sink(sys.stderr))
             output.attach(proc)
         code = proc.inner.wait(timeout)

@@ -319,12 +319,17 @@ def fork(workspace: Workspace, source: str, rest: tuple[str, ...]) -> None:
 @click.command(short_help="Remove what killed runs left behind.")
 @click.pass_obj
 def gc(workspace: Workspace) -> None:
-    """Destroy the sandboxes of `run`s whose process died without cleaning up (kill -9, a crash).
-    Any command that uses the backend does this too; gc does only this."""
+    """Destroy the sandboxes of `run`s whose process died without cleaning up (kill -9, a crash),
+    and record as lost the commands whose CLI died before they ended. Any command that uses the
+    backend collects such sandboxes too; gc does only this."""
     workspace.collect_orphans = False
     collected = workspace.collect()
-    Ui().note(f"collected {len(collected)} sandbox(es) left by killed runs"
-              + (f": {', '.join(collected)}" if collected else ""))
+    ui = Ui()
+    ui.note(f"collected {len(collected)} sandbox(es) left by killed runs"
+            + (f": {', '.join(collected)}" if collected else ""))
+    settled = workspace.settle()
+    if settled:
+        ui.note(f"recorded lost commands (their CLI died before they ended) in: {', '.join(settled)}")
 
 
 @click.command(short_help="What works here, per backend, and why not.")

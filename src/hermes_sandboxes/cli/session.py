@@ -144,6 +144,7 @@ class Workspace:
                 owners.release(name)  # its owner died before creating it, or after destroying it
                 continue
             try:
+                session.recorded.settle()  # the command its owner died running ends in the record too
                 session.destroy()
             except SandboxError:
                 continue  # busy or unreachable now: left for the next call
@@ -154,6 +155,22 @@ class Workspace:
             if self.on_collect is not None:
                 self.on_collect(name)
         return collected
+
+    def settle(self) -> list[str]:
+        """Record the end, as lost, of every command whose recording process died before it ended,
+        in every sandbox of the backend; the sandboxes that had any."""
+        settled = []
+        for info in self.backend.list():
+            try:
+                session = self.session(self.backend.get(info.name))
+            except SandboxNotFound:
+                continue  # destroyed since it was listed
+            try:
+                if session.recorded.settle():
+                    settled.append(info.name)
+            finally:
+                session.close()
+        return settled
 
     def close(self) -> None:
         if self._backend is not None:

@@ -38,9 +38,10 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
+from hermes_sandboxes.command import RecordedProcess
 from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
 from hermes_sandboxes.leases import NotAdmitted, WriterLease
-from hermes_sandboxes.recorder import RecordedProcess, RecordedSandbox, StoriedCheckpoint
+from hermes_sandboxes.recorder import RecordedSandbox, StoriedCheckpoint
 from hermes_sandboxes.risk import RiskVerdict
 from hermes_sandboxes.sandbox import Capability, Process, Sandbox
 from hermes_sandboxes.secrets import CredentialPlan, Redactor

@@ -1,0 +1,209 @@
+"""The record and the filesystem agree, whatever ends the CLI: SIGTERM at several moments, and
+SIGKILL (which no clean-up can intercept) at many points of ``exec``, ``checkpoint create`` and
+``checkpoint restore``. After each, a command that started is in the journal (ended, or lost with
+the CLI), a restore is applied and recorded or not applied at all, and the next CLI call works.
+
+The points are reached by polling for what the process has done (its journal line, its output,
+its preview) or by a sweep of delays scaled to how long the same call takes here, never by
+absolute timings in assertions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cli_kit
+import pytest
+from cli_kit import CLI, Pty, as_json, hs, ok
+
+from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.state import HostState
+
+home, box = cli_kit.home, cli_kit.box
+
+
+def cli(home: Path, *args: str) -> list[str]:
+    return [*CLI, "--home", str(home), *args]
+
+
+def execs(home: Path, name: str) -> list[dict[str, Any]]:
+    return [r for r in as_json(home, "log", name) if r["type"] == "exec"]
+
+
+def journal_text(box: LocalSandbox) -> bytes:
+    try:
+        return HostState().journal_path(box.backend.key, box.name).read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def poll(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    """Wait until ``predicate`` holds (or the process ended by itself: then the point was passed)."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and proc.poll() is None:
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.002)
+
+
+def took(argv: list[str]) -> float:
+    """How long one uninterrupted run of ``argv`` takes on this machine now (to scale a sweep)."""
+    started = time.monotonic()
+    subprocess.run(argv, capture_output=True, timeout=120, check=True)
+    return time.monotonic() - started
+
+
+# -- exec ------------------------------------------------------------------------------------------
+
+
+def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(home: Path, box: LocalSandbox) -> None:
+    full = took(cli(home, "exec", box.name, "--", "true"))
+    points: list[tuple[str, float]] = [("running", 0.0), ("written ahead", 0.0)]
+    points += [("after", full * k / 10) for k in range(12)]  # from start-up to past the end
+    for i, (point, delay) in enumerate(points):
+        mark = f"/root/ran-{i}"
+        command = f"touch {mark}; echo started" + ("; exec sleep 600" if i % 2 == 0 else "")
+        proc = subprocess.Popen(cli(home, "exec", box.name, "--", command), stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        if point == "written ahead":
+            poll(lambda mark=mark: mark.encode() in journal_text(box), proc, "the command written ahead")
+        elif point == "running":
+            assert proc.stdout.readline() == b"started\n"
+        else:
+            time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        assert ok(home, "exec", box.name, "--", "echo next").stdout == "next\n"  # the next call works
+    ran = set(box.exec("ls /root").stdout.split())
+    recorded = {r["command"].split(";")[0].removeprefix("touch /root/"): r for r in execs(home, box.name)
+                if r["command"].startswith("touch")}
+    assert ran - {f"ran-{i}" for i in range(len(points))} == set(), ran
+    assert ran - set(recorded) == set(), (ran, recorded)  # what ran is in the record
+    assert "ran-0" in ran and "ran-1" in recorded  # the polled points were reached before the kill
+    for name, record in recorded.items():  # each one's end, or honestly none
+        if record["exit_code"] is None:
+            assert record.get("lost") and record["error"].startswith("lost: the process recording it"), record
+        else:
+            assert record["exit_code"] == 0 and name in ran, record
+    # gc (or the next checkpoint or restore) writes the lost ones' ends once, for good
+    assert "recorded lost commands" in ok(home, "gc").stderr
+    settled = [r for r in execs(home, box.name) if r["command"].startswith("touch")]
+    assert sorted(r["command"] for r in settled) == sorted(r["command"] for r in recorded.values())
+    assert not any(r.get("unfinished") for r in settled), settled
+    assert "recorded lost commands" not in ok(home, "gc").stderr  # nothing left to settle
+
+
+def test_log_shows_a_command_still_running_as_running(home: Path, box: LocalSandbox) -> None:
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; read line"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        assert proc.stdout.readline() == b"started\n"
+        [running] = execs(home, box.name)
+        assert running["unfinished"] and not running.get("lost") and running["exit_code"] is None, running
+        assert "running" in ok(home, "log", box.name).stdout
+        assert "recorded lost commands" not in ok(home, "gc").stderr  # its CLI lives: not settled
+    finally:
+        proc.communicate(b"go\n", timeout=60)
+    [ended] = execs(home, box.name)
+    assert ended["exit_code"] == 0 and not ended.get("unfinished"), ended
+# -- the record and the filesystem agree ---------------------------------------------------------------
+
+
+def _restore_interrupted(home: Path, box: LocalSandbox, sig: signal.Signals, point: float | str) -> tuple[int, bytes]:
+    """Restore ``box`` to a checkpoint of state A from state B and send ``sig`` at ``point``: a delay
+    after the preview is shown (on a terminal, so we see it as it is printed: the restore is about
+    to start), "written ahead" (its record is in the journal) or "restore-staged" (the store has
+    staged the copy and pauses before swapping it in: HERMES_SANDBOXES_TEST_PAUSE)."""
+    box.write_file("/root/state", b"A")
+    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
+    box.write_file("/root/state", b"B")
+    box.write_file("/root/b-only", b"B")
+    pause = Path(tempfile.mkdtemp(prefix="hsb-pause-")) / "paused"
+    env = {"HERMES_SANDBOXES_TEST_PAUSE": "restore-staged", "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(pause)}
+    term = Pty(cli(home, "checkpoint", "restore", box.name, taken, "--yes"),
+               env=env if point == "restore-staged" else None)
+    term.expect(b"commands since the checkpoint")
+    if point == "written ahead":
+        poll(lambda: b'"restore_start"' in journal_text(box), term.proc, "the restore written ahead")
+    elif point == "restore-staged":
+        poll(lambda: pause.exists() and bool(pause.read_text()), term.proc, "the restore paused once staged")
+    else:
+        assert isinstance(point, float)
+        time.sleep(point)
+    term.proc.send_signal(sig)
+    pause.unlink(missing_ok=True)
+    pause.parent.rmdir()
+    return term.finish(), term.seen
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2])
+def test_an_interrupted_restore_is_not_applied_or_applied_recorded_and_reported(
+        home: Path, box: LocalSandbox, delay: float) -> None:
+    code, seen = _restore_interrupted(home, box, signal.SIGTERM, delay)
+    state = box.read_file("/root/state")
+    b_only = hs(home, "exec", box.name, "--", "test -e /root/b-only").exit_code
+    restores = [r for r in as_json(home, "log", box.name) if r["type"] == "restore"]
+    assert b"Traceback" not in seen, seen
+    if state == b"A":  # applied: all of it, in the journal, and said
+        assert b_only == 1 and len(restores) == 1 and b"restored" in seen, (code, seen)
+    else:  # not applied: none of it, and not recorded
+        assert state == b"B" and b_only == 0 and restores == [] and b"restored" not in seen, (code, seen)
+    assert code in (0, 143, -signal.SIGTERM), (code, seen)  # -15: it came after our handlers were put back
+
+
+@pytest.mark.parametrize("point", ["written ahead", "restore-staged", 0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+def test_a_restore_killed_with_sigkill_is_all_or_nothing_and_recorded_so(
+        home: Path, box: LocalSandbox, point: float | str) -> None:
+    _restore_interrupted(home, box, signal.SIGKILL, point)
+    look = ("exec", box.name, "--", "cat /root/state; test -e /root/b-only && echo +b; true")
+    # (known: the first command after a restore killed mid-way may find the init it restarted gone, 125)
+    first = hs(home, *look)
+    listing = (first if first.exit_code == 0 else ok(home, *look)).stdout
+    assert listing in ("A", "B+b\n"), listing  # the checkpoint's files, or all of the newer ones
+    # the next call settled it first: recorded as restored exactly when the files are the checkpoint's
+    logged = as_json(home, "log", box.name)
+    restores = [r for r in logged if r["type"] == "restore"]
+    assert len(restores) == (1 if listing == "A" else 0), (listing, logged)
+    assert not any(r["type"] == "restore_start" for r in logged), logged  # none left without an end
+    if point in ("written ahead", "restore-staged"):
+        assert listing == "B+b\n" and any(r["type"] == "abandoned" for r in logged), logged
+
+
+@pytest.mark.parametrize("point", ["written ahead", "checkpoint-staged", 0.0, 0.05, 0.1, 0.2, 0.4])
+def test_a_checkpoint_killed_with_sigkill_is_listed_with_its_story_or_not_at_all(
+        home: Path, box: LocalSandbox, point: float | str) -> None:
+    ok(home, "exec", box.name, "--", "echo before > /root/state")
+    pause = Path(tempfile.mkdtemp(prefix="hsb-pause-")) / "paused"
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": "checkpoint-staged",
+           "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(pause)}
+    proc = subprocess.Popen(cli(home, "checkpoint", "create", box.name, "-m", "killed"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env if point == "checkpoint-staged" else None)
+    if point == "written ahead":
+        poll(lambda: b'"checkpoint_start"' in journal_text(box), proc, "the checkpoint written ahead")
+    elif point == "checkpoint-staged":
+        poll(lambda: pause.exists() and bool(pause.read_text()), proc, "the checkpoint paused once staged")
+    else:
+        assert isinstance(point, float)
+        time.sleep(point)
+    proc.kill()
+    proc.wait()
+    pause.unlink(missing_ok=True)
+    pause.parent.rmdir()
+    assert ok(home, "exec", box.name, "--", "cat /root/state").stdout == "before\n"  # the next call works
+    listed = as_json(home, "checkpoint", "list", box.name)
+    assert all(c["journaled"] and c["trigger"] == "manual" for c in listed), listed  # each with its story
+    logged = as_json(home, "log", box.name)
+    recorded = [r["id"] for r in logged if r["type"] == "checkpoint"]
+    assert sorted(recorded) == sorted(c["id"] for c in listed), (recorded, listed)  # the record names what exists
+    assert not any(r["type"] == "checkpoint_start" for r in logged), logged  # none left without an end
+    if point == "checkpoint-staged":
+        assert listed == [] and any(r["type"] == "abandoned" for r in logged), logged
