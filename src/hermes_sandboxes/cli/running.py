@@ -17,6 +17,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from hermes_sandboxes.cli import signals
@@ -132,7 +133,7 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
                 command, checkpoint="off", auto_checkpoint=taken, internal=internal, cwd=cwd, env=env, stdin=stdin,
                 on_stdout=output.sink(sys.stdout), on_stderr=output.sink(sys.stderr))
             output.attach(proc)
-        code = proc.inner.wait(timeout)
+        code = _wait(proc, timeout)
     except SandboxError as exc:
         if proc is not None:
             with signals.held():
@@ -156,6 +157,22 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
             return Outcome(code, out_of_memory=True)
         proc.record(code)
     return Outcome(code)
+
+
+WAIT_SLICE_S = 0.25
+
+
+def _wait(proc: RecordedProcess, timeout: float | None) -> int | None:
+    """The command's exit code, or None at ``timeout``; waited for in short slices. The kernel may
+    hand SIGINT, SIGTERM or SIGHUP to any of our threads (the output pump, say), and Python runs
+    the handler only when the main thread runs Python code again: a wait without end would sit on
+    the signal until the command ended by itself (found hung after a SIGTERM, with sleep 600)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
+        code = proc.inner.wait(left)
+        if code is not None or (deadline is not None and time.monotonic() >= deadline):
+            return code
 
 
 def _oom_kills(session: Session) -> int | None:
