@@ -7,9 +7,9 @@ child that inherited stdout must not make the caller wait forever.
 
 from __future__ import annotations
 
+import _socket
 import os
-import selectors
-import socket
+import select
 import threading
 import time
 from collections.abc import Mapping
@@ -29,8 +29,18 @@ if TYPE_CHECKING:
 _CHUNK = 65536
 
 
-def connect(socket_path: str, timeout: float = 5.0) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+class Connection(_socket.socket):
+    """A unix socket on the C core (see protocol.py), closed at the end of a ``with`` block."""
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(socket_path: str, timeout: float = 5.0) -> Connection:
+    sock = Connection(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(socket_path)
@@ -103,12 +113,12 @@ class LocalProcess(Process):
                 for fd in theirs:
                     os.close(fd)
         self._sinks: dict[int, int] = ours  # our read end -> stream number (0 stdout, 1 stderr)
-        self._sel = selectors.DefaultSelector()
+        self._poll = select.poll()  # (selectors would cost its import on the hot path of a CLI exec)
         for fd in self._sinks:
             os.set_blocking(fd, False)
-            self._sel.register(fd, selectors.EVENT_READ)
+            self._poll.register(fd, select.POLLIN)
         self._sock.settimeout(None)
-        self._sel.register(self._sock, selectors.EVENT_READ)
+        self._poll.register(self._sock.fileno(), select.POLLIN)
         if in_w >= 0:
             assert stdin is not None
             threading.Thread(target=_feed, args=(in_w, stdin), daemon=True, name=f"stdin-{self.exec_id}").start()
@@ -144,11 +154,13 @@ class LocalProcess(Process):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return
-            for key, _ in self._sel.select(remaining):
-                if key.fileobj is self._sock:
+            # milliseconds, rounded up (as selectors does): never a busy loop just short of the deadline
+            timeout = None if remaining is None else -int(-remaining * 1000 // 1)
+            for fd, _ in self._poll.poll(timeout):  # readable, or hung up: a read says which
+                if fd not in self._sinks:
                     self._on_message()
-                elif not self._emit(key.fd):
-                    self._sel.unregister(key.fd)
+                elif not self._emit(fd):
+                    self._poll.unregister(fd)
             if self._returncode is not None or self._error is not None:
                 self._finish()
 
@@ -158,7 +170,6 @@ class LocalProcess(Process):
         for fd in self._sinks:
             while self._emit(fd):
                 pass
-        self._sel.close()
         for fd in self._sinks:
             os.close(fd)
         self._sock.close()

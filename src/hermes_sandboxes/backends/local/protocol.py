@@ -8,14 +8,18 @@ the init's start-up time.
 File descriptors (the command's stdin, stdout and stderr) travel with the first message as
 SCM_RIGHTS, so output flows straight from the command into the client's pipes with no copy
 through init.
+
+Sockets are used through ``_socket``, the C core of the ``socket`` module: ``socket`` itself builds
+four enums from the constants at import, a tenth of the start-up of a CLI exec (and of the init).
+``socket.socket`` objects (the init's) are ``_socket.socket`` objects too.
 """
 
 from __future__ import annotations
 
+import _socket
 import array
 import marshal
 import os
-import socket
 import struct
 
 TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
@@ -33,17 +37,18 @@ class ProtocolError(Exception):
     pass
 
 
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+def send(sock: _socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     body = marshal.dumps(message)
     data = _HEADER.pack(len(body)) + body
     if fds:
-        sent = socket.send_fds(sock, [data], fds)
+        # (socket.send_fds, on the C core)
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))])
         data = data[sent:]
     if data:
         sock.sendall(data)
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
+def _recv_exact(sock: _socket.socket, size: int) -> bytes:
     chunks = bytearray()
     while len(chunks) < size:
         chunk = sock.recv(size - len(chunks))
@@ -53,15 +58,15 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def recv(sock: _socket.socket) -> tuple[dict[str, Any], list[int]]:
     """One message and the descriptors that came with it. EOFError when the peer closed."""
     # recvmsg, not socket.recv_fds: in Python 3.11 that ignores its flags, and the descriptors must
     # arrive close-on-exec or every command the init spawns inherits copies of them
     head, ancillary, _flags, _addr = sock.recvmsg(
-        _HEADER.size, socket.CMSG_LEN(MAX_FDS * _FD.itemsize), socket.MSG_CMSG_CLOEXEC)
+        _HEADER.size, _socket.CMSG_LEN(MAX_FDS * _FD.itemsize), _socket.MSG_CMSG_CLOEXEC)
     fds = array.array("i")
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % _FD.itemsize])
     if not head:
         for fd in fds:
