@@ -35,12 +35,12 @@ def test_ctrl_z_stops_the_foreground_job_and_the_shell_takes_the_terminal_back(h
     term.expect(b"go-25")  # the job runs in the foreground (a key sent earlier would flush the typed line)
     term.send(b"\x1a")  # Ctrl-Z, as a key: the pty inside turns it into SIGTSTP for the job
     term.expect(b"Stopped")
-    # SIGKILL: a stopped job would leave SIGTERM pending until it is continued
-    term.send(b"jobs -s | wc -l | sed s/^/stopped-/; kill -KILL %1; wait; echo back-$((3+4))\r")
+    term.send(b"jobs -s | wc -l | sed s/^/stopped-/\r")
     term.expect(b"stopped-1")
-    term.expect(b"back-7")
-    term.send(b"exit\r")
-    assert term.finish() == 0
+    term.send(b"exit\r")  # bash keeps a terminal with stopped jobs open once, as on a real one
+    term.expect(b"There are stopped jobs")
+    term.send(b"exit\r")  # the second time it leaves, and the kernel hangs the stopped job up
+    term.finish()
 
 
 def test_the_window_size_is_passed_at_start_and_on_every_resize(home: Path, box: LocalSandbox) -> None:
