@@ -66,28 +66,34 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(hom
     full = took(cli(home, "exec", box.name, "--", "true"))
     points: list[tuple[str, float]] = [("running", 0.0), ("written ahead", 0.0)]
     points += [("after", full * k / 10) for k in range(12)]  # from start-up to past the end
+    ended_early: dict[int, tuple[int, bytes]] = {}  # CLIs that ended before their kill: why, if it fails
     for i, (point, delay) in enumerate(points):
         mark = f"/root/ran-{i}"
         command = f"touch {mark}; echo started" + ("; exec sleep 600" if i % 2 == 0 else "")
-        proc = subprocess.Popen(cli(home, "exec", box.name, "--", command), stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
-        assert proc.stdout is not None
-        if point == "written ahead":
-            poll(lambda mark=mark: mark.encode() in journal_text(box), proc, "the command written ahead")
-        elif point == "running":
-            assert proc.stdout.readline() == b"started\n"
-        else:
-            time.sleep(delay)
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(cli(home, "exec", box.name, "--", command), stdout=subprocess.PIPE,
+                                    stderr=errors)
+            assert proc.stdout is not None
+            if point == "written ahead":
+                poll(lambda mark=mark: mark.encode() in journal_text(box), proc, "the command written ahead")
+            elif point == "running":
+                assert proc.stdout.readline() == b"started\n"
+            else:
+                time.sleep(delay)
+            if proc.poll() is not None:
+                errors.seek(0)
+                ended_early[i] = (proc.returncode, errors.read())
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
         assert ok(home, "exec", box.name, "--", "echo next").stdout == "next\n"  # the next call works
     ran = set(box.exec("ls /root").stdout.split())
     recorded = {r["command"].split(";")[0].removeprefix("touch /root/"): r for r in execs(home, box.name)
                 if r["command"].startswith("touch")}
     assert ran - {f"ran-{i}" for i in range(len(points))} == set(), ran
-    assert ran - set(recorded) == set(), (ran, recorded)  # what ran is in the record
-    assert "ran-0" in ran and "ran-1" in recorded  # the polled points were reached before the kill
+    assert ran - set(recorded) == set(), (ran, recorded, ended_early)  # what ran is in the record
+    # the polled points were reached before the kill
+    assert "ran-0" in ran and "ran-1" in recorded, (sorted(ran), sorted(recorded), ended_early)
     for name, record in recorded.items():  # each one's end, or honestly none
         if record["exit_code"] is None:
             assert record.get("lost") and record["error"].startswith("lost: the process recording it"), record
