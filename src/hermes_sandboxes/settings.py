@@ -56,6 +56,18 @@ def _require_text(value: object, expected: str) -> str:
     return value
 
 
+def _size(value: object, expected: str, minimum: int, too_small: str) -> int:
+    """A size with a unit (a bare number is refused), at least ``minimum`` bytes."""
+    text = _require_text(value, expected)
+    try:
+        size = parse_size(text, unit_required=True)
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
+    if size < minimum:
+        raise ValueError(f"{text!r} is {too_small}")
+    return size
+
+
 def _whole_number(value: object, minimum: int, what: str, maximum: int | None = None) -> int:
     expected = f"a whole number of {what}, at least {minimum}"
     number = _require_number(value, expected)
@@ -251,26 +263,13 @@ class SpecSettings(BackendSettings):
     @classmethod
     def _memory(cls, value: object) -> int:
         # A bare YAML number is refused: 2048 could mean bytes or megabytes.
-        text = _require_text(value, "a size with a unit, e.g. 512M or 2G")
-        try:
-            size = parse_size(text, unit_required=True)
-        except InvalidInput as exc:
-            raise ValueError(str(exc)) from None
-        if size < 16 * 1024**2:
-            raise ValueError(f"{text!r} is too small for a shell; use at least 16M")
-        return size
+        return _size(value, "a size with a unit, e.g. 512M or 2G", 16 * 1024**2,
+                     "too small for a shell; use at least 16M")
 
     @field_validator("disk", mode="before")
     @classmethod
     def _disk(cls, value: object) -> int:
-        text = _require_text(value, "a size with a unit, e.g. 512M or 10G")
-        try:
-            size = parse_size(text, unit_required=True)
-        except InvalidInput as exc:
-            raise ValueError(str(exc)) from None
-        if size < 1024**2:
-            raise ValueError(f"{text!r} is too small; use at least 1M")
-        return size
+        return _size(value, "a size with a unit, e.g. 512M or 10G", 1024**2, "too small; use at least 1M")
 
     @field_validator("pids", mode="before")
     @classmethod
