@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,6 +127,36 @@ def sandbox_commands(sb: LocalSandbox) -> list[str]:
     """Command lines of every process inside the sandbox, as the sandbox itself sees them."""
     result = sh(sb, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done")
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def killed_at(point: str, sb: LocalSandbox, operation: str, check_paused: object = None) -> None:
+    """Run ``operation`` (code using ``sb``) in a child Python with HERMES_SANDBOXES_TEST_PAUSE set:
+    the backend pauses it at ``point`` and writes the marker file; then ``check_paused`` runs and
+    the child is killed with SIGKILL."""
+    marker = Path(tempfile.mkdtemp(prefix="hsl-pause-")) / "paused"
+    script = textwrap.dedent(f"""
+        from hermes_sandboxes.backends.local import LocalBackend
+        sb = LocalBackend({str(sb.backend.home)!r}).get({sb.name!r})
+        {operation}
+        raise SystemExit("the operation finished: it was never paused")
+    """)
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
+    child = subprocess.Popen([PYTHON, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        # the marker is created, then written: wait for its content (seen empty in the slow guest)
+        wait_for(lambda: (marker.exists() and bool(marker.read_text().strip())) or child.poll() is not None,
+                 f"the operation to pause at {point}", 60)
+        assert child.poll() is None, f"the operation ended early: {child.stderr.read() if child.stderr else ''}"
+        assert marker.read_text().strip() == str(child.pid)
+        if callable(check_paused):
+            check_paused()
+    finally:
+        child.send_signal(signal.SIGKILL)  # our own child
+        child.wait()
+        if child.stderr:
+            child.stderr.close()
+        marker.unlink(missing_ok=True)
+        marker.parent.rmdir()
 
 
 # a file manifest computed inside the sandbox, for fidelity checks -------------------------------------

@@ -1,53 +1,18 @@
 """Operations killed midway (SIGKILL of the host process) leave the sandbox as it was, and usable.
 
-The operation runs in a child Python with HERMES_SANDBOXES_TEST_PAUSE set: the store pauses it at
-the named point (after staging, before publishing) and writes the marker file; the test then kills
-that child with SIGKILL, which no cleanup code can intercept.
+The operation runs in a child Python paused at a named point (kit.killed_at), then killed with
+SIGKILL, which no cleanup code can intercept.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import tempfile
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups, launcher
 from hermes_sandboxes.errors import SandboxError
-from tests.local.kit import PYTHON, cgroup_dir, init_state, manifest, pid_alive, sh, wait_for, without_inodes
-
-
-def _killed_at(point: str, sb: LocalSandbox, operation: str, check_paused: object = None) -> None:
-    """Run ``operation`` (code using ``sb``) in a child Python, SIGKILL it when paused at ``point``."""
-    marker = Path(tempfile.mkdtemp(prefix="hsl-pause-")) / "paused"
-    script = textwrap.dedent(f"""
-        from hermes_sandboxes.backends.local import LocalBackend
-        sb = LocalBackend({str(sb.backend.home)!r}).get({sb.name!r})
-        {operation}
-        raise SystemExit("the operation finished: it was never paused")
-    """)
-    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
-    child = subprocess.Popen([PYTHON, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        # the marker is created, then written: wait for its content (seen empty in the slow guest)
-        wait_for(lambda: (marker.exists() and bool(marker.read_text().strip())) or child.poll() is not None,
-                 f"the operation to pause at {point}", 60)
-        assert child.poll() is None, f"the operation ended early: {child.stderr.read() if child.stderr else ''}"
-        assert marker.read_text().strip() == str(child.pid)
-        if callable(check_paused):
-            check_paused()
-    finally:
-        child.send_signal(signal.SIGKILL)  # our own child
-        child.wait()
-        if child.stderr:
-            child.stderr.close()
-        marker.unlink(missing_ok=True)
-        marker.parent.rmdir()
+from tests.local.kit import cgroup_dir, init_state, killed_at, manifest, pid_alive, sh, wait_for, without_inodes
 
 
 def test_a_checkpoint_killed_midway_leaves_the_sandbox_usable_and_lists_nothing_partial(
@@ -59,7 +24,7 @@ def test_a_checkpoint_killed_midway_leaves_the_sandbox_usable_and_lists_nothing_
     def frozen_while_paused() -> None:
         assert cgroups.is_frozen(freezer)  # the kill lands in the worst place: the sandbox is frozen
 
-    _killed_at("checkpoint-staged", sb, "sb.checkpoint('partial')", frozen_while_paused)
+    killed_at("checkpoint-staged", sb, "sb.checkpoint('partial')", frozen_while_paused)
     assert [c.id for c in sb.checkpoints()] == [earlier.id]  # nothing partial is listed
     assert sh(sb, "cat /root/state; echo usable").stdout == "before\nusable\n"  # not left frozen
     assert not cgroups.is_frozen(freezer)
@@ -83,7 +48,7 @@ def test_a_restore_killed_midway_leaves_the_files_exactly_as_they_were(
     ck = sb.checkpoint()
     sh(sb, "echo after-checkpoint > /root/state; echo new > /root/only-after; rm /etc/issue")
     before = manifest(sb, FILES)
-    _killed_at("restore-staged", sb, f"sb.restore({ck.id!r})")
+    killed_at("restore-staged", sb, f"sb.restore({ck.id!r})")
     # untouched, and the sandbox runs again (a fresh overlay mount may renumber directories)
     assert without_inodes(manifest(sb, FILES)) == without_inodes(before)
     assert sh(sb, "cat /root/state").stdout == "after-checkpoint\n"
@@ -127,7 +92,7 @@ def test_an_init_whose_starter_was_killed_before_recording_it_is_killed_by_the_n
         wait_for(lambda: len(the_unrecorded_init()) == 1, "the launcher to exit")
         found.extend(the_unrecorded_init())
 
-    _killed_at("start-unrecorded", sb, "sb.exec(['true'])", running_unrecorded)
+    killed_at("start-unrecorded", sb, "sb.exec(['true'])", running_unrecorded)
     [orphan] = found
     assert pid_alive(orphan)
     assert sh(sb, "echo works").stdout == "works\n"

@@ -10,11 +10,16 @@ Each sandbox with a limit gets a level-1 qgroup that holds the qgroup of every l
 all data the sandbox wrote that is still on disk: in its layer, or kept alive by its checkpoints
 (deleting checkpoints frees it). A write past it fails inside with EDQUOT ("Disk quota exceeded").
 Data of the read-only base and metadata are not counted.
+
+A restore's new layer is made a member of that group by the snapshot that creates it (the
+snapshot ioctl's qgroup inheritance, see ``Inherit``): it is limited from the moment it exists, and
+nothing about the quota is left to do once the old init has died.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -30,6 +35,25 @@ _ENABLE_SIMPLE_QUOTA = 4
 _LIMIT_MAX_RFER = 1
 _NO_LIMIT = 2**64 - 1  # the kernel's "clear this limit" value
 _LEVEL_1 = 1 << 48
+
+
+_INHERIT = struct.Struct("=4Q5Q")  # struct btrfs_qgroup_inherit, before its qgroups[] array
+
+
+class Inherit:
+    """A ``struct btrfs_qgroup_inherit`` naming one qgroup, for a snapshot made with
+    BTRFS_SUBVOL_QGROUP_INHERIT: the kernel makes the new subvolume's qgroup a member of it in the
+    transaction that creates the subvolume (ENOENT when quotas are on and the group does not exist).
+    The kernel reads it through a pointer: keep this object alive until the ioctl returns."""
+
+    def __init__(self, qgroup: int) -> None:
+        data = _INHERIT.pack(0, 1, 0, 0, 0, 0, 0, 0, 0) + struct.pack("=Q", qgroup)
+        self._buffer = ctypes.create_string_buffer(data, len(data))
+        self.size = len(data)
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self._buffer)
 
 
 def group_of(number: int) -> int:

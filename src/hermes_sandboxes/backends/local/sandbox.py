@@ -170,9 +170,10 @@ class LocalSandbox(Sandbox):
             return cgroups.from_state(state["cgroups"])
         return None
 
-    def _start(self, *, store_clean: bool = False,
+    def _start(self, *, store_clean: bool = False, limited: bool = False,
                prepared: tuple[cgroups.SandboxCgroups, launcher.Launch] | None = None) -> dict[str, Any]:
         """Start the init (caller holds the lock; ``store_clean``: it has just run the store's gc;
+        ``limited``: its layer is under the sandbox's disk limit already (a restore's);
         ``prepared``: what _prepare_start gave it, else made here)."""
         store = self._backend.store
         store.ensure()
@@ -182,7 +183,8 @@ class LocalSandbox(Sandbox):
         if not layer.is_dir():
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
         self.apply_masks()  # again: masks added to the settings since creation take effect now
-        store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
+        if not limited:
+            store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
         self._run.mkdir(parents=True, exist_ok=True)
         (self._run / "root").mkdir(exist_ok=True)
         self._socket.parent.mkdir(mode=0o700, exist_ok=True)
@@ -511,16 +513,18 @@ class LocalSandbox(Sandbox):
             store.ensure()
             self._require_checkpoint(checkpoint_id)
             store.gc(self.name)
-            # The new incarnation's launcher joins its groups while the copy is staged and the old
-            # incarnation stops; it sets up the sandbox only once the copy is in place.
+            # The new incarnation's launcher joins its groups while the copy is staged (born under
+            # the disk limit) and the old incarnation stops; it sets up the sandbox only once the
+            # copy is in place.
             groups, launch = prepared = self._prepare_start(self._recorded_groups())
             try:
-                staged = store.stage_restore(self.name, checkpoint_id)
+                staged = store.stage_restore(self.name, checkpoint_id, disk_limit=self.spec.limits.disk_bytes)
                 # the old root's unmount (a sync of the store) is left for later: nobody waits for it
                 held = self._stop(hold_mounts=True, keep=groups.box)
                 try:
                     old = store.publish_restore(self.name, checkpoint_id, staged)
-                    self._start(store_clean=True, prepared=prepared)
+                    storage._test_pause("restore-published")
+                    self._start(store_clean=True, limited=True, prepared=prepared)
                     store.discard(old)
                 finally:
                     incarnation.release_later(held)

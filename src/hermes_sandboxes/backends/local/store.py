@@ -41,6 +41,7 @@ _SUBVOL_CREATE = _IOW_4096 | 14
 _SNAP_DESTROY = _IOW_4096 | 15
 _SNAP_CREATE_V2 = _IOW_4096 | 23
 _SUBVOL_RDONLY = 1 << 1
+_SUBVOL_QGROUP_INHERIT = 1 << 2
 _BTRFS_FIRST_FREE_OBJECTID = 256
 
 
@@ -48,8 +49,11 @@ def _vol_args(name: str, fd: int = 0) -> bytearray:
     return bytearray(struct.pack("=q4088s", fd, name.encode()))
 
 
-def _vol_args_v2(name: str, fd: int, flags: int) -> bytearray:
-    return bytearray(struct.pack("=qQQ32x4040s", fd, 0, flags, name.encode()))
+def _vol_args_v2(name: str, fd: int, flags: int, inherit: quota.Inherit | None = None) -> bytearray:
+    if inherit is None:
+        return bytearray(struct.pack("=qQQ32x4040s", fd, 0, flags, name.encode()))
+    return bytearray(struct.pack("=qQQQQ16x4040s", fd, 0, flags | _SUBVOL_QGROUP_INHERIT, inherit.size,
+                                 inherit.address, name.encode()))
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -118,7 +122,8 @@ class Store(ABC):
     def _make_volume(self, path: Path) -> None: ...
 
     @abstractmethod
-    def _copy_volume(self, source: Path, target: Path, *, readonly: bool) -> None: ...
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
+        """Copy ``source`` to ``target``; ``group``: a quota group the copy is a member of from the start."""
 
     @abstractmethod
     def _remove_volume(self, path: Path) -> None: ...
@@ -155,14 +160,17 @@ class Store(ABC):
         _test_pause("checkpoint-staged")
         staged.rename(self.checkpoint_path(name, checkpoint_id))
 
-    def restore(self, name: str, checkpoint_id: str) -> None:
-        staged = self.stage_restore(name, checkpoint_id)
+    def restore(self, name: str, checkpoint_id: str, *, disk_limit: int | None) -> None:
+        staged = self.stage_restore(name, checkpoint_id, disk_limit=disk_limit)
         self.discard(self.publish_restore(name, checkpoint_id, staged))
 
-    def stage_restore(self, name: str, checkpoint_id: str) -> Path:
-        """A writable copy of the checkpoint beside the layer, ready to take its place."""
+    def stage_restore(self, name: str, checkpoint_id: str, *, disk_limit: int | None) -> Path:
+        """A writable copy of the checkpoint beside the layer, ready to take its place, and already
+        capped at ``disk_limit`` (the sandbox's limit, as set_disk_limit takes it): whoever
+        publishes it has nothing left to limit."""
         staged = self.sandbox_dir(name) / f".tmp-restore-{checkpoint_id}"
-        self._copy_volume(self.checkpoint_path(name, checkpoint_id), staged, readonly=False)
+        group = self._limit_group(name, disk_limit)
+        self._copy_volume(self.checkpoint_path(name, checkpoint_id), staged, readonly=False, group=group)
         work = staged / "work"
         if work.exists():  # the overlay's scratch area must start empty
             self._clear(work)
@@ -250,8 +258,13 @@ class Store(ABC):
 
     def set_disk_limit(self, name: str, limit: int | None) -> None:
         """Cap the disk the sandbox's data may take (None: lift a cap set earlier). Called before
-        every start of its init, so a new layer (a restore) is capped before anything runs."""
+        every start of its init but a restore's (whose layer stage_restore capped)."""
         self.check_disk_limit(limit)
+
+    def _limit_group(self, name: str, limit: int | None) -> int | None:
+        """The quota group that carries the sandbox's ``limit`` (set on it), or None if it has none."""
+        self.check_disk_limit(limit)
+        return None
 
     @staticmethod
     def _clear(directory: Path) -> None:
@@ -338,11 +351,13 @@ class BtrfsStore(Store):
     def _make_volume(self, path: Path) -> None:
         self._ioctl(path.parent, _SUBVOL_CREATE, _vol_args(path.name))
 
-    def _copy_volume(self, source: Path, target: Path, *, readonly: bool) -> None:
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
         src = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
         try:
             flags = _SUBVOL_RDONLY if readonly else 0
-            self._ioctl(target.parent, _SNAP_CREATE_V2, _vol_args_v2(target.name, src, flags))
+            inherit = None if group is None else quota.Inherit(group)
+            self._ioctl(target.parent, _SNAP_CREATE_V2, _vol_args_v2(target.name, src, flags, inherit))
+            del inherit  # read by the kernel through a pointer: alive until here
         finally:
             os.close(src)
 
@@ -419,21 +434,32 @@ class BtrfsStore(Store):
                 os.close(fd)
 
     def set_disk_limit(self, name: str, limit: int | None) -> None:
+        group = self._limit_group(name, limit)
+        if group is not None:
+            fd = os.open(self.layer(name), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                quota.assign(fd, btrfstree.subvol_info(fd).treeid, group)
+            finally:
+                os.close(fd)
+
+    def _limit_group(self, name: str, limit: int | None) -> int | None:
+        """The sandbox's level-1 qgroup, made on first use, with ``limit`` set on it (None: lifted);
+        None when the sandbox has neither a limit nor a group from an earlier one. Every step is
+        idempotent, so an earlier call killed midway is finished by the next."""
         record = self.sandbox_dir(name) / "quota-group"  # n of its level-1 qgroup 1/n
         if limit is None and not record.exists():
-            return
+            return None
         fd = os.open(self.layer(name), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             quota.enable(fd)
-            layer_id = btrfstree.subvol_info(fd).treeid
             if not record.exists():  # the first layer's subvolume id: unique, never reused
                 staged = record.with_name(".tmp-quota-group")
-                staged.write_text(str(layer_id))
+                staged.write_text(str(btrfstree.subvol_info(fd).treeid))
                 staged.rename(record)
             group = quota.group_of(int(record.read_text()))
             quota.create_group(fd, group)
-            quota.assign(fd, layer_id, group)
             quota.set_limit(fd, group, limit)
+            return group
         finally:
             os.close(fd)
 
@@ -498,7 +524,9 @@ class CopyStore(Store):
     def _make_volume(self, path: Path) -> None:
         path.mkdir()
 
-    def _copy_volume(self, source: Path, target: Path, *, readonly: bool) -> None:
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
+        if group is not None:
+            raise Unsupported("disk limits need the btrfs store; this one is the copy store")
         # cp -a keeps ownership, modes, xattrs (overlay whiteouts and opaque markers), hardlinks
         # within the tree and holes; --reflink=auto shares blocks where the filesystem can.
         _run(["cp", "-a", "--reflink=auto", "--sparse=always", str(source), str(target)],
