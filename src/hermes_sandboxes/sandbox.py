@@ -23,6 +23,12 @@ Rules every backend keeps (the conformance suite in tests/contract/ checks them)
   processes the command detached may survive (callers say so where it matters). After a kill,
   ``exec`` waits at most ``KILL_GRACE_S`` for the command to be gone and then raises
   ``SandboxUnreachable``: a lost connection can never hang it.
+- **Tags.** With ``Capability.KILL_TAGGED``, ``start``, ``exec`` and ``attach`` take a ``tag``
+  naming the command (``check_tag``: 1 to 32 characters of a-z and 0-9; the caller gives each
+  command its own, a random id). ``kill_tagged(tag)``, from any process and also after the one that
+  started the command died, kills that command (with ``Capability.TREE_KILL``, everything it
+  started too) if it still runs, and never another command, whatever pids the sandbox reuses; it
+  says whether there was anything to kill. A backend without the capability is never given a tag.
 - **Files.** Paths are absolute (``InvalidInput`` otherwise); ``write_file`` creates missing parent
   directories and replaces the file; ``read_file`` / ``delete_file`` of a missing path raise
   ``SandboxFileNotFound``.
@@ -61,6 +67,8 @@ NETWORK_MODES: tuple[NetworkMode, ...] = ("none", "loopback", "host", "proxy")
 Command = str | Sequence[str]
 OutputSink = Callable[[bytes], None]
 
+TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+MAX_TAG_CHARS = 32
 TIMEOUT_EXIT_CODE = 124  # what `timeout(1)` and Hermes use for a command stopped by its deadline
 KILL_GRACE_S = 30.0  # how long exec waits for a killed command before calling the sandbox unreachable
 
@@ -93,6 +101,7 @@ class Capability(enum.StrEnum):
     FORK = "fork"  # Sandbox.fork: a new sandbox from a checkpoint of another
     TERMINAL = "terminal"  # Sandbox.attach: a command on the caller's own descriptors (a pty)
     EGRESS_ALLOWLIST = "egress-allowlist"  # network "proxy" with SandboxSpec.allow; Sandbox.set_allow
+    KILL_TAGGED = "kill-tagged"  # start/exec/attach take a tag; Sandbox.kill_tagged stops that command later
 
 
 class SandboxState(enum.StrEnum):
@@ -288,8 +297,10 @@ class Sandbox(ABC):
         stdin: Stdin = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
+        tag: str | None = None,
     ) -> Process:
-        """Start a command; it gets a fresh environment (never the host's) plus ``env``."""
+        """Start a command; it gets a fresh environment (never the host's) plus ``env``. ``tag``
+        names it for ``kill_tagged`` (``Capability.KILL_TAGGED`` only; see the Tags rule)."""
 
     def exec(
         self,
@@ -302,8 +313,10 @@ class Sandbox(ABC):
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
         capture_limit: int = 256 * 1024,
+        tag: str | None = None,
     ) -> ExecResult:
-        """Run a command to completion (or its timeout), keeping the head and tail of its output."""
+        """Run a command to completion (or its timeout), keeping the head and tail of its output;
+        ``tag`` as for ``start``."""
         out, err = BoundedCapture(capture_limit), BoundedCapture(capture_limit)
         lock = threading.Lock()
 
@@ -319,7 +332,7 @@ class Sandbox(ABC):
         started = time.monotonic()
         proc = self._start_for_exec(
             command, cwd=cwd, env=env, stdin=stdin,
-            on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr),
+            on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr), tag=tag,
         )
         try:
             code = proc.wait(timeout)
@@ -349,9 +362,12 @@ class Sandbox(ABC):
         stdin: Stdin,
         on_stdout: OutputSink,
         on_stderr: OutputSink,
+        tag: str | None = None,
     ) -> Process:
         """``start`` as used by ``exec``, whose caller waits: a backend may skip background work."""
-        return self.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
+        tagged = {} if tag is None else {"tag": tag}  # a backend without KILL_TAGGED takes no tag
+        return self.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+                          **tagged)
 
     @abstractmethod
     def read_file(self, path: str) -> bytes: ...
@@ -397,10 +413,17 @@ class Sandbox(ABC):
         raise Unsupported(f"the {self.backend.name} backend cannot fork sandboxes")
 
     def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
-               env: Mapping[str, str] | None = None) -> Process:
+               env: Mapping[str, str] | None = None, tag: str | None = None) -> Process:
         """Run ``command`` on the caller's own stdin, stdout and stderr descriptors (the slave end
-        of a pseudo-terminal, for an interactive shell). ``Capability.TERMINAL``."""
+        of a pseudo-terminal, for an interactive shell); ``tag`` as for ``start``.
+        ``Capability.TERMINAL``."""
         raise Unsupported(f"the {self.backend.name} backend has no interactive terminal")
+
+    def kill_tagged(self, tag: str) -> bool:
+        """Kill the command started with ``tag`` (with ``Capability.TREE_KILL``, all it started too)
+        if it still runs, from any process; True when there was something to kill, False when it had
+        ended (or never started). Never touches another command. ``Capability.KILL_TAGGED``."""
+        raise Unsupported(f"the {self.backend.name} backend cannot stop a command by its tag")
 
     def set_allow(self, allow: Sequence[str]) -> None:
         """Replace the egress allow-list of this sandbox (network "proxy"), running or not: it applies
@@ -418,6 +441,13 @@ class Sandbox(ABC):
     @abstractmethod
     def destroy(self) -> None:
         """Remove the sandbox, its processes and its checkpoints. Idempotent."""
+
+
+def check_tag(tag: str) -> str:
+    """``tag`` if it is a valid command tag (see the Tags rule), else InvalidInput."""
+    if not 0 < len(tag) <= MAX_TAG_CHARS or not set(tag) <= TAG_CHARS:
+        raise InvalidInput(f"a command tag is 1 to {MAX_TAG_CHARS} characters of a-z and 0-9, got {tag!r}")
+    return tag
 
 
 def kill_and_reap(proc: Process, sandbox: str) -> None:

@@ -1,5 +1,5 @@
 """A real backend with fewer capabilities: the local backend behind a wrapper that hides diff,
-checkpoint deletion, tree kill, fork, the terminal and the egress allow-list, so the degraded paths
+checkpoint deletion, tree kill, fork, the terminal, the egress allow-list and killing by tag, so the degraded paths
 of the recorder, the CLI and the agent tools run for real against a backend that cannot do those
 things.
 
@@ -33,7 +33,8 @@ from hermes_sandboxes.sandbox import (
 from hermes_sandboxes.settings import BackendSettings
 
 HIDDEN = frozenset({Capability.DIFF, Capability.DELETE_CHECKPOINTS, Capability.TREE_KILL, Capability.FORK,
-                    Capability.TERMINAL, Capability.CHEAP_CHECKPOINTS, Capability.EGRESS_ALLOWLIST})
+                    Capability.TERMINAL, Capability.CHEAP_CHECKPOINTS, Capability.EGRESS_ALLOWLIST,
+                    Capability.KILL_TAGGED})
 NAME = "local-degraded"
 
 

@@ -60,7 +60,7 @@ class E2BBackend(Backend):
 
     name = "e2b"
     capabilities = frozenset({Capability.CHECKPOINTS, Capability.DELETE_CHECKPOINTS, Capability.FORK,
-                              Capability.EGRESS_ALLOWLIST})
+                              Capability.EGRESS_ALLOWLIST, Capability.KILL_TAGGED})
 
     def __init__(self, settings: E2BSettings | None = None, *, api_key: str | None = None,
                  profile: str | None = None, api_url: str | None = None, sandbox_url: str | None = None,

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import signal as signals
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import e2b
 
 from hermes_sandboxes.backends.e2b.faults import map_error
 from hermes_sandboxes.pump import Emit, PumpedProcess
-from hermes_sandboxes.sandbox import OutputSink
+from hermes_sandboxes.sandbox import OutputSink, check_tag
 
 if TYPE_CHECKING:
     from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox
 
 GROUP_KILL_TIMEOUT_S = 10.0
+TAG_ENV = "HERMES_SANDBOXES_TAG"  # a tagged command's tag, in its environment
 _GO_SIGNALS = {"killed": signals.SIGKILL, "terminated": signals.SIGTERM, "interrupt": signals.SIGINT,
                "hangup": signals.SIGHUP, "aborted": signals.SIGABRT, "quit": signals.SIGQUIT,
                "segmentation fault": signals.SIGSEGV, "broken pipe": signals.SIGPIPE}
@@ -63,14 +65,26 @@ class E2BProcess(PumpedProcess):
         return int(code)
 
     def _kill(self) -> None:
-        """SIGKILL the command's process group, then its pid.
-
-        The group first, while the pid surely still names the command: recent envd starts every
-        non-terminal command as the leader of its own group, so children a shell left behind die
-        with it. Where envd does not, no such group exists and only the command itself is killed
-        (so the backend does not claim tree-kill)."""
         self._killed = True
-        sdk = self._sandbox.sdk
-        with contextlib.suppress(Exception):  # the pid kill below still runs; its failure is reported
-            sdk.commands.run(f"kill -KILL -- -{self.pid} 2>/dev/null; true", timeout=GROUP_KILL_TIMEOUT_S)
-        self._sandbox.call("kill a command", lambda: sdk.commands.kill(self.pid))
+        kill_pid(self._sandbox, self.pid)
+
+
+def kill_pid(sandbox: E2BSandbox, pid: int) -> None:
+    """SIGKILL a command's process group, then its pid.
+
+    The group first, while the pid surely still names the command: recent envd starts every
+    non-terminal command as the leader of its own group, so children a shell left behind die
+    with it. Where envd does not, no such group exists and only the command itself is killed
+    (so the backend does not claim tree-kill)."""
+    sdk = sandbox.sdk
+    with contextlib.suppress(Exception):  # the pid kill below still runs; its failure is reported
+        sdk.commands.run(f"kill -KILL -- -{pid} 2>/dev/null; true", timeout=GROUP_KILL_TIMEOUT_S)
+    sandbox.call("kill a command", lambda: sdk.commands.kill(pid))
+
+
+def tagged(env: Mapping[str, str] | None, tag: str | None) -> dict[str, str]:
+    """``env`` with the command's tag (``Sandbox.kill_tagged``) in ``TAG_ENV``, where envd lists it
+    for every running command (the SDK's ``commands.run`` cannot pass envd's own tag field)."""
+    if tag is None:
+        return dict(env or {})
+    return {**(env or {}), TAG_ENV: check_tag(tag)}

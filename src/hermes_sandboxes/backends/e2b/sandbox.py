@@ -27,7 +27,8 @@ from hermes_sandboxes.backends.e2b.identity import (
     lifecycle,
 )
 from hermes_sandboxes.backends.e2b.network import Posture, allow_in_effect, egress_rules
-from hermes_sandboxes.backends.e2b.process import E2BProcess
+from hermes_sandboxes.backends.e2b.process import TAG_ENV, E2BProcess, kill_pid
+from hermes_sandboxes.backends.e2b.process import tagged as _tagged
 from hermes_sandboxes.egress import policy
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
@@ -44,6 +45,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxState,
     Stdin,
+    check_tag,
 )
 
 if TYPE_CHECKING:
@@ -190,27 +192,47 @@ class E2BSandbox(Sandbox):
     # commands ------------------------------------------------------------------------------------
     def exec(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
              stdin: Stdin = None, timeout: float | None = None, on_stdout: OutputSink | None = None,
-             on_stderr: OutputSink | None = None, capture_limit: int = 256 * 1024) -> ExecResult:
+             on_stderr: OutputSink | None = None, capture_limit: int = 256 * 1024,
+             tag: str | None = None) -> ExecResult:
         settings = self._backend.settings
         self._renew_for(self._need(timeout))
         # the stream's own deadline is a safety net should this host vanish mid-command
         self._local.deadline = None if timeout is None else timeout + settings.command_grace_seconds
         try:
             return super().exec(command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, on_stdout=on_stdout,
-                                on_stderr=on_stderr, capture_limit=capture_limit)
+                                on_stderr=on_stderr, capture_limit=capture_limit, tag=tag)
         finally:
             self._local.deadline = None
 
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: Stdin = None, on_stdout: OutputSink | None = None,
-              on_stderr: OutputSink | None = None) -> Process:
+              on_stderr: OutputSink | None = None, tag: str | None = None) -> Process:
         reserved, self._local.reserved = getattr(self._local, "reserved", 0), 0
         self._renew_for(max(self._need(None), reserved))
-        return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, None)
+        return self._launch(command, cwd, _tagged(env, tag), stdin, on_stdout, on_stderr, None)
 
     def _start_for_exec(self, command: Command, *, cwd: str | None, env: Mapping[str, str] | None,
-                        stdin: Stdin, on_stdout: OutputSink, on_stderr: OutputSink) -> Process:
-        return self._launch(command, cwd, env, stdin, on_stdout, on_stderr, getattr(self._local, "deadline", None))
+                        stdin: Stdin, on_stdout: OutputSink, on_stderr: OutputSink,
+                        tag: str | None = None) -> Process:
+        return self._launch(command, cwd, _tagged(env, tag), stdin, on_stdout, on_stderr,
+                            getattr(self._local, "deadline", None))
+
+    def kill_tagged(self, tag: str) -> bool:
+        """envd lists each running command with the environment it was started with: the one whose
+        ``TAG_ENV`` is ``tag`` is killed (its process group, then its pid, as ``Process.kill``). A
+        paused sandbox runs nothing (its pause ended every process)."""
+        check_tag(tag)
+        sdk = self._sdk
+        try:
+            running = self.call("list commands", lambda: sdk.commands.list())
+        except SandboxError as exc:
+            if isinstance(exc.__context__, e2b.SandboxNotRunningException):
+                return False
+            raise
+        pids = [int(p.pid) for p in running if (p.envs or {}).get(TAG_ENV) == tag]
+        for pid in pids:
+            kill_pid(self, pid)
+        return bool(pids)
 
     def _launch(self, command: Command, cwd: str | None, env: Mapping[str, str] | None, stdin: Stdin,
                 on_stdout: OutputSink | None, on_stderr: OutputSink | None, deadline: float | None) -> E2BProcess:

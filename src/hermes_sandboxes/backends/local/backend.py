@@ -158,7 +158,8 @@ class LocalBackend(Backend):
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
         caps = {Capability.CHECKPOINTS, Capability.DIFF, Capability.LIMITS, Capability.TREE_KILL,
-                Capability.DELETE_CHECKPOINTS, Capability.FORK, Capability.TERMINAL, Capability.EGRESS_ALLOWLIST}
+                Capability.DELETE_CHECKPOINTS, Capability.FORK, Capability.TERMINAL, Capability.EGRESS_ALLOWLIST,
+                Capability.KILL_TAGGED}
         if self._store is None or self._store.cheap:
             caps.add(Capability.CHEAP_CHECKPOINTS)
         return frozenset(caps)

@@ -80,6 +80,7 @@ class LocalProcess(Process):
         on_stderr: OutputSink | None,
         background: bool = True,
         attach: tuple[int, int, int] | None = None,
+        exec_id: str | None = None,
     ) -> None:
         self._sandbox = sandbox
         self._returncode: int | None = None
@@ -90,7 +91,7 @@ class LocalProcess(Process):
         self._pump_lock = threading.Lock()
         self._pumping: int | None = None  # the thread pumping now, if any
         self.pid: int | None = None
-        self.exec_id = os.urandom(8).hex()
+        self.exec_id = exec_id or os.urandom(8).hex()  # names the command's group (a tag, or random)
         self._group = freezer / f"x{self.exec_id}"
         if attach is not None:  # the caller's own descriptors (a terminal, say): no pipes of ours
             theirs, ours, in_w = list(attach), {}, -1

@@ -29,6 +29,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    check_tag,
 )
 from hermes_sandboxes.state import HostState
 from hermes_sandboxes.values import replace
@@ -385,9 +386,10 @@ class LocalSandbox(Sandbox):
         stdin: Stdin = None,
         on_stdout: OutputSink | None = None,
         on_stderr: OutputSink | None = None,
+        tag: str | None = None,
     ) -> Process:
         request = self._request(command, cwd, env, self.name, self._network_env())
-        return self._launch(request, stdin, on_stdout, on_stderr, background=True)
+        return self._launch(request, stdin, on_stdout, on_stderr, background=True, tag=tag)
 
     def _start_for_exec(
         self,
@@ -398,17 +400,33 @@ class LocalSandbox(Sandbox):
         stdin: Stdin,
         on_stdout: OutputSink,
         on_stderr: OutputSink,
+        tag: str | None = None,
     ) -> Process:
         request = self._request(command, cwd, env, self.name, self._network_env())
-        return self._launch(request, stdin, on_stdout, on_stderr, background=False)
+        return self._launch(request, stdin, on_stdout, on_stderr, background=False, tag=tag)
 
     def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
-               env: Mapping[str, str] | None = None) -> client.LocalProcess:
+               env: Mapping[str, str] | None = None, tag: str | None = None) -> client.LocalProcess:
         """Run ``command`` on the caller's own stdin, stdout and stderr descriptors (e.g. the slave
         side of a pseudo-terminal for an interactive shell). Output goes straight there, so the
         process has no sinks; ``wait()`` and ``kill()`` work as for ``start()``."""
         request = self._request(command, cwd, env, self.name, self._network_env())
-        return self._launch(request, None, None, None, background=False, attach=fds)
+        return self._launch(request, None, None, None, background=False, attach=fds, tag=tag)
+
+    def kill_tagged(self, tag: str) -> bool:
+        """The command's group is named after its tag (``x<tag>``, in the freezer hierarchy of the
+        running incarnation), so it holds that command and all it started, and nothing else;
+        a stopped sandbox runs nothing. The group itself is left to the init, which removes it."""
+        check_tag(tag)
+        self._check_exists()
+        runtime = self._runtime()
+        if runtime is None:
+            return False
+        group = cgroups.from_state(runtime["cgroups"]).freezer / f"x{tag}"
+        if not cgroups.procs(group):
+            return False
+        cgroups.kill_group(group)
+        return True
 
     def open_terminal(self) -> tuple[int, int]:
         """A pty in the sandbox's own devpts, so ``tty`` inside names it (backends/local/pty.py)."""
@@ -423,12 +441,14 @@ class LocalSandbox(Sandbox):
 
     def _launch(self, request: dict[str, Any], stdin: Stdin, on_stdout: OutputSink | None,
                 on_stderr: OutputSink | None, *, background: bool,
-                attach: tuple[int, int, int] | None = None) -> client.LocalProcess:
+                attach: tuple[int, int, int] | None = None, tag: str | None = None) -> client.LocalProcess:
+        if tag is not None:
+            check_tag(tag)
         self._check_exists()
         sock, freezer = self._ensure_running()
         return client.LocalProcess(sandbox=self.name, socket_path=sock, freezer=freezer, request=request,
                                    stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
-                                   background=background, attach=attach)
+                                   background=background, attach=attach, exec_id=tag)
 
     def _file_op(self, op: str, path: str, data: bytes | None = None, mode: int = 0o644) -> bytes:
         if not path.startswith("/"):

@@ -50,7 +50,8 @@ class SpritesBackend(Backend):
     name = "sprites"
     # not DIFF, not DELETE_CHECKPOINTS (the service has neither), not TREE_KILL (the kill endpoint
     # stops the exec session; what becomes of processes that detached from it is not documented)
-    capabilities = frozenset({Capability.CHECKPOINTS, Capability.LIMITS, Capability.TERMINAL})
+    capabilities = frozenset({Capability.CHECKPOINTS, Capability.LIMITS, Capability.TERMINAL,
+                              Capability.KILL_TAGGED})
 
     def __init__(self, settings: SpritesSettings | None = None, *, token: str | None = None) -> None:
         self.settings = settings or SpritesSettings()

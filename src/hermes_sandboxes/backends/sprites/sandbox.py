@@ -35,10 +35,11 @@ from hermes_sandboxes.sandbox import (
     SandboxSpec,
     SandboxState,
     Stdin,
+    check_tag,
 )
 
 from .api import MAX_RETRY_SLEEP_S
-from .process import SpritesProcess, TerminalProcess, terminal_size
+from .process import KILL_GRACE_S, KILL_SIGNAL, SpritesProcess, TerminalProcess, terminal_size
 from .wire import ExecCall, ExecSocket, Lost, Refused
 
 if TYPE_CHECKING:
@@ -119,18 +120,32 @@ class SpritesSandbox(Sandbox):
     # commands ------------------------------------------------------------------------------------
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: Stdin = None, on_stdout: OutputSink | None = None,
-              on_stderr: OutputSink | None = None) -> Process:
-        call = ExecCall(argv=_argv(command), env=self._env(env), cwd=_checked_dir(cwd))
+              on_stderr: OutputSink | None = None, tag: str | None = None) -> Process:
+        call = ExecCall(argv=_tagged(_argv(command), tag), env=self._env(env), cwd=_checked_dir(cwd))
         return SpritesProcess(self, self._connect(call), stdin, on_stdout, on_stderr)
 
+    def kill_tagged(self, tag: str) -> bool:
+        """The service lists each exec session with its command line, where a tagged command carries
+        its tag (see ``_tagged``): the active sessions that do are killed, with the grace a kill
+        gets here (``process.KILL_GRACE_S``)."""
+        from sprites.session import kill_session
+
+        token = _tag_token(check_tag(tag))
+        sessions = [s for s in self._call("session list", self.sdk_sprite.list_sessions)
+                    if s.is_active and token in (part.strip("'\"") for part in s.command.split())]
+        for session in sessions:
+            self._call(f"kill of exec session {session.id}", lambda s=session.id: list(
+                kill_session(self.sdk_sprite, s, signal=KILL_SIGNAL, timeout=KILL_GRACE_S)))
+        return bool(sessions)
+
     def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,
-               env: Mapping[str, str] | None = None) -> Process:
+               env: Mapping[str, str] | None = None, tag: str | None = None) -> Process:
         """An interactive command over the exec WebSocket's TTY mode, on the caller's descriptors
         (``fds[0]`` read for input, ``fds[1]`` written with output), sized like the terminal on
         ``fds[1]``."""
         rows, cols = terminal_size(fds[1])
         merged = {"TERM": os.environ.get("TERM", "xterm-256color"), **(env or {})}
-        call = ExecCall(argv=_argv(command), env=self._env(merged), cwd=_checked_dir(cwd), tty=True,
+        call = ExecCall(argv=_tagged(_argv(command), tag), env=self._env(merged), cwd=_checked_dir(cwd), tty=True,
                         rows=rows, cols=cols)
         return TerminalProcess(self, self._connect(call), fds)
 
@@ -243,6 +258,19 @@ def _argv(command: Command) -> list[str]:
     if not argv:
         raise InvalidInput("empty command: give a program to run")
     return argv
+
+
+def _tag_token(tag: str) -> str:
+    return f"hermes-sandboxes-tag:{tag}"
+
+
+def _tagged(argv: list[str], tag: str | None) -> list[str]:
+    """``argv`` run through ``sh -c 'exec "$@"'`` with the tag's token as ``$0``, so the session's
+    command line (which the service lists) names the tag while the command runs exactly as given
+    (``exec`` replaces the shell; an argv needs no quoting)."""
+    if tag is None:
+        return argv
+    return ["sh", "-c", 'exec "$@"', _tag_token(check_tag(tag)), *argv]
 
 
 def _checked_dir(cwd: str | None) -> str | None:
