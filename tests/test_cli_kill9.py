@@ -99,8 +99,9 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(hom
             assert record.get("lost") and record["error"].startswith("lost: the process recording it"), record
         else:
             assert record["exit_code"] == 0 and name in ran, record
-    # gc (or the next checkpoint or restore) writes the lost ones' ends once, for good
-    assert "recorded lost commands" in ok(home, "gc").stderr
+    # the next call on the sandbox (each `exec echo next` above), gc, or the next checkpoint or restore
+    # writes the lost ones' ends once, for good
+    ok(home, "gc")
     settled = [r for r in execs(home, box.name) if r["command"].startswith("touch")]
     assert sorted(r["command"] for r in settled) == sorted(r["command"] for r in recorded.values())
     assert not any(r.get("unfinished") for r in settled), settled
@@ -213,3 +214,86 @@ def test_a_checkpoint_killed_with_sigkill_is_listed_with_its_story_or_not_at_all
     assert not any(r["type"] == "checkpoint_start" for r in logged), logged  # none left without an end
     if point == "checkpoint-staged":
         assert listed == [] and any(r["type"] == "abandoned" for r in logged), logged
+
+
+# -- a lost command is stopped inside -------------------------------------------------------------------
+
+
+def _sleeps(box: LocalSandbox) -> set[str]:
+    """The durations of the ``sleep`` processes running in ``box`` (asked through the bare API, which
+    records and settles nothing)."""
+    return set(box.exec("pgrep -ax sleep | awk '{print $3}'").stdout.split())
+
+
+def _killed_running(home: Path, box: LocalSandbox, seconds: int) -> None:
+    """A CLI running ``exec`` of ``sleep SECONDS`` in ``box``, killed with SIGKILL once it runs."""
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", f"echo started; exec sleep {seconds}"),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"started\n"
+    poll(lambda: str(seconds) in _sleeps(box), proc, f"sleep {seconds} running")  # past the shell's exec
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+
+
+def _ends(home: Path, box: LocalSandbox, seconds: int) -> list[dict[str, Any]]:
+    return [r for r in execs(home, box.name) if r["command"].endswith(f"exec sleep {seconds}")]
+
+
+@pytest.mark.parametrize("settler", [("exec", "NAME", "--", "echo next"), ("gc",), ("checkpoint", "create", "NAME"),
+                                     ("shell", "NAME")])
+def test_the_next_call_stops_the_command_of_a_killed_cli_inside_and_records_it_so(
+        home: Path, box: LocalSandbox, settler: tuple[str, ...]) -> None:
+    _killed_running(home, box, 601)
+    assert _sleeps(box) == {"601"}  # the command runs on inside, its CLI dead
+    [shown] = _ends(home, box, 601)
+    assert shown["lost"] and shown.get("unfinished"), shown  # a reader shows it lost, and settles nothing
+    assert _sleeps(box) == {"601"}
+    ok(home, *(box.name if arg == "NAME" else arg for arg in settler), input="exit\n")
+    assert _sleeps(box) == set()  # stopped inside
+    [ended] = _ends(home, box, 601)
+    assert ended["lost"] and ended["killed"] and not ended.get("unfinished"), ended
+    assert ended["exit_code"] is None and "a later call stopped it in the sandbox" in ended["error"], ended
+    ok(home, "gc")
+    assert len(_ends(home, box, 601)) == 1  # settled once
+
+
+def test_a_lost_command_that_ended_by_itself_is_recorded_as_over_not_stopped(home: Path, box: LocalSandbox) -> None:
+    _killed_running(home, box, 602)
+    assert box.exec("pkill -x sleep; echo $?").stdout == "0\n"  # it ends inside, nobody recording it
+    ok(home, "exec", box.name, "--", "true")
+    [ended] = _ends(home, box, 602)
+    assert ended["lost"] and not ended.get("killed") and "had ended in the sandbox" in ended["error"], ended
+
+
+def test_settling_never_touches_a_command_of_a_live_recorder_even_when_settlers_race(
+        home: Path, box: LocalSandbox) -> None:
+    """Live CLIs and killed ones, interleaved, then several calls settle at once: each killed CLI's
+    command is stopped and ended once, each live one's runs on and ends as its CLI records it."""
+    live = []
+    for i in range(3):
+        _killed_running(home, box, 610 + i)
+        proc = subprocess.Popen(cli(home, "exec", box.name, "--", f"echo started; read line; echo got {i}"),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"started\n"
+        live.append(proc)
+    settlers = [subprocess.Popen(cli(home, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                for args in (["gc"], ["exec", box.name, "--", "true"], ["gc"], ["exec", box.name, "--", "true"])]
+    try:
+        for settler in settlers:
+            _, err = settler.communicate(timeout=120)
+            assert settler.returncode == 0, err
+        assert _sleeps(box) == set()  # the killed CLIs' commands are stopped
+        assert box.exec("pgrep -fc 'read line'").stdout == "3\n"  # and the live ones run on
+        for i in range(3):
+            [ended] = _ends(home, box, 610 + i)
+            assert ended["lost"] and ended["killed"], ended
+    finally:
+        outputs = [proc.communicate(b"go\n", timeout=60)[0] for proc in live]
+    assert outputs == [f"started\ngot {i}\n".encode()[len(b"started\n"):] for i in range(3)], outputs
+    assert [proc.returncode for proc in live] == [0, 0, 0]
+    for i in range(3):
+        [ended] = [r for r in execs(home, box.name) if r["command"].endswith(f"echo got {i}")]
+        assert ended["exit_code"] == 0 and not ended.get("lost") and not ended.get("killed"), ended

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import cli_kit
-from cli_kit import CLI, Pty, as_json
+from cli_kit import CLI, Pty, as_json, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
 
@@ -51,3 +51,24 @@ def test_the_window_size_is_passed_at_start_and_on_every_resize(home: Path, box:
     term.expect(b"resized-40x120")
     term.send(b"exit\r")
     assert term.finish() == 0
+
+
+def test_a_shell_is_written_ahead_and_one_whose_cli_was_killed_is_stopped_by_the_next_call(
+        home: Path, box: LocalSandbox) -> None:
+    term = Pty([*CLI, "--home", str(home), "shell", box.name])
+    # a job that survives the terminal's hang-up (nohup), as after closing a real terminal
+    term.send(b"nohup sleep 607 >/dev/null 2>&1 & echo bg-$((3*3))\r")
+    term.expect(b"bg-9")
+    [running] = as_json(home, "log", box.name)  # in the record while it runs
+    assert running["command"] == "(interactive shell)" and running["unfinished"] and not running.get("lost"), running
+    assert "sleep 607" in box.exec("pgrep -ax sleep || true").stdout
+    term.proc.kill()  # kill -9: no clean-up of ours runs
+    term.finish()
+    [lost] = as_json(home, "log", box.name)
+    assert lost["lost"] and lost["exit_code"] is None, lost
+    assert "sleep 607" in box.exec("pgrep -ax sleep || true").stdout  # the shell's job runs on until settled
+    assert ok(home, "exec", box.name, "--", "echo next").stdout == "next\n"
+    assert box.exec("pgrep -ax sleep || echo none").stdout == "none\n"  # the next call stopped it
+    shell, _ = as_json(home, "log", box.name)
+    assert shell["lost"] and shell["killed"] and not shell.get("unfinished"), shell
+    assert "a later call stopped it in the sandbox" in shell["error"], shell

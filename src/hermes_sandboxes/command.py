@@ -58,6 +58,7 @@ class _Prepared:
     verdict: RiskVerdict
     internal: bool
     id: str  # of the record written ahead
+    tagged: dict[str, str]  # the tag to start it with (``Sandbox.start``), where the backend takes one
 
 
 class RecordedProcess(Process):

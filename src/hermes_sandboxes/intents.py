@@ -7,6 +7,8 @@ journal first, and its end (the ``restore`` or ``checkpoint`` record with the sa
 (``<journal>.pending/<intent>``, holding that identity) says one is under way, so the recorder can
 settle a dead process's operation before it changes the sandbox again (the verdicts below look at
 the sandbox as the dead process left it) for the price of one failed ``listdir`` when there is none.
+A command has one too, under its record's id, so that the next call stops and ends a command whose
+process died (see lost.py).
 
 A dead process's intent is settled by looking at the sandbox:
 
@@ -42,14 +44,19 @@ CLOCK_SLACK_S = 60.0  # a remote service's clock may run behind ours when it dat
 
 
 class Markers:
-    """The ``<journal>.pending`` directory: one file per restore or checkpoint under way."""
+    """The ``<journal>.pending`` directory: one file per command, restore or checkpoint under way
+    (named by its id or intent), holding the identity of the process doing it."""
 
     def __init__(self, journal_path: Path) -> None:
         self.directory = journal_path.with_name(journal_path.name + ".pending")
 
     def add(self, intent: str) -> None:
+        """Published whole (written aside, then renamed): a reader never takes a half-written
+        marker for a dead process's."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (self.directory / intent).write_text(json.dumps(liveness.current().to_dict()))
+        aside = self.directory / f".{intent}"
+        aside.write_text(json.dumps(liveness.current().to_dict()))
+        os.replace(aside, self.directory / intent)
 
     def remove(self, intent: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -59,14 +66,14 @@ class Markers:
 
     def any(self) -> bool:
         try:
-            return bool(os.listdir(self.directory))
+            return any(not e.startswith(".") for e in os.listdir(self.directory))
         except FileNotFoundError:
             return False
 
     def dead(self) -> list[str]:
         """The intents whose process died (an unreadable marker: it died writing it)."""
         try:
-            entries = sorted(os.listdir(self.directory))
+            entries = sorted(e for e in os.listdir(self.directory) if not e.startswith("."))
         except FileNotFoundError:
             return []
         found = []

@@ -199,6 +199,7 @@ class ExecStartRecord(RecordBase):
     origin: Mapping[str, str] = field(default_factory=dict)
     internal: bool = False
     owner: ProcessIdentity | None = None  # the process recording it, which writes its end
+    tag: str | None = None  # what the backend knows it by (Sandbox.kill_tagged), when it can
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "command": self.command, "cwd": self.cwd,
@@ -208,6 +209,8 @@ class ExecStartRecord(RecordBase):
             out["origin"] = {str(k): str(v) for k, v in self.origin.items()}
         if self.internal:
             out["internal"] = True
+        if self.tag is not None:
+            out["tag"] = self.tag
         return out
 
     @classmethod
@@ -219,7 +222,7 @@ class ExecStartRecord(RecordBase):
                    cwd=_get(d, "cwd", str, optional=True), checkpoint=_get(d, "checkpoint", str, optional=True),
                    origin={str(k): str(v) for k, v in origin.items()},
                    internal=bool(_get(d, "internal", bool, optional=True)),
-                   owner=ProcessIdentity.from_dict(d.get("owner")))
+                   owner=ProcessIdentity.from_dict(d.get("owner")), tag=_get(d, "tag", str, optional=True))
 
     def owner_alive(self) -> bool:
         return self.owner is not None and alive(self.owner)

@@ -41,7 +41,7 @@ import os
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from hermes_sandboxes import intents, liveness
+from hermes_sandboxes import intents, liveness, lost
 from hermes_sandboxes.command import RecordedProcess, _Prepared
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
 from hermes_sandboxes.journal import (
@@ -288,12 +288,16 @@ class RecordedSandbox:
         if plan.used:
             tags["credentials"] = ",".join(plan.used)  # names only, never values
         internal = internal or verdict.internal is not None  # the framework's housekeeping, by its shape
-        start = ExecStartRecord(sandbox=self.name, id=os.urandom(8).hex(), command=text, cwd=options.get("cwd"),
+        exec_id = os.urandom(8).hex()
+        tag = exec_id if Capability.KILL_TAGGED in self._inner.backend.capabilities else None
+        start = ExecStartRecord(sandbox=self.name, id=exec_id, command=text, cwd=options.get("cwd"),
                                 checkpoint=auto.id if auto is not None else None,
-                                origin={**self.origin, **tags}, internal=internal, owner=liveness.current())
+                                origin={**self.origin, **tags}, internal=internal, owner=liveness.current(),
+                                tag=tag)
+        self._markers.add(exec_id)  # first: a later call finds it if we die (see settle)
         self._record(start)
         return _Prepared(text, {**(options.get("env") or {}), **plan.env}, tags, plan, auto, verdict, internal,
-                         start.id)
+                         exec_id, {} if tag is None else {"tag": tag})
 
     def start(self, command: Command, **options: Unpack[CommandOptions]) -> RecordedProcess:
         """Start ``command`` the recorded way: credentials for the programs it runs, an automatic
@@ -303,7 +307,23 @@ class RecordedSandbox:
         ready = self._prepare(command, options)
         try:
             inner = self._inner.start(command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
-                                      on_stdout=options.get("on_stdout"), on_stderr=options.get("on_stderr"))
+                                      on_stdout=options.get("on_stdout"), on_stderr=options.get("on_stderr"),
+                                      **ready.tagged)
+        except SandboxError as exc:
+            self.record_exec(ready.text, None, 0.0, origin=ready.tags, error=str(exc), internal=ready.internal,
+                             exec_id=ready.id)
+            raise
+        return RecordedProcess(self, inner, ready.text, origin=ready.tags, internal=ready.internal,
+                               auto_checkpoint=ready.auto, verdict=ready.verdict, credentials=ready.plan,
+                               exec_id=ready.id)
+
+    def attach(self, command: Command, fds: tuple[int, int, int], **options: Unpack[CommandOptions]) -> RecordedProcess:
+        """Run ``command`` on the caller's descriptors (an interactive shell on a terminal, see
+        ``Sandbox.attach``) the recorded way, as ``start`` does: written ahead, its end journaled
+        when ``wait()`` sees it. ``stdin``, ``on_stdout`` and ``on_stderr`` do not apply."""
+        ready = self._prepare(command, options)
+        try:
+            inner = self._inner.attach(command, fds, cwd=options.get("cwd"), env=ready.env, **ready.tagged)
         except SandboxError as exc:
             self.record_exec(ready.text, None, 0.0, origin=ready.tags, error=str(exc), internal=ready.internal,
                              exec_id=ready.id)
@@ -323,7 +343,8 @@ class RecordedSandbox:
         try:
             result = self._inner.exec(command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
                                       timeout=timeout, on_stdout=options.get("on_stdout"),
-                                      on_stderr=options.get("on_stderr"), capture_limit=capture_limit)
+                                      on_stderr=options.get("on_stderr"), capture_limit=capture_limit,
+                                      **ready.tagged)
         except SandboxError as exc:
             self.record_exec(ready.text, None, time.monotonic() - started, error=str(exc), **ending)
             raise
@@ -337,14 +358,20 @@ class RecordedSandbox:
 
     def settle(self) -> list[Record]:
         """Record the end of what processes that died (kill -9, a crash, a lost host) left open in
-        this sandbox's journal: their commands, as lost (see ``Story.lost``; nothing here kills what
-        may still run inside: no backend can name such a command to us precisely), and their
-        restores and checkpoints, as the sandbox shows them (see ``intents``). Returns the records
-        written."""
+        this sandbox's journal: their commands, as lost, each stopped inside first if it still runs
+        (see ``lost``; one the sandbox cannot be reached to stop stays open for a later call), and
+        their restores and checkpoints, as the sandbox shows them (see ``intents``). Returns the
+        records written."""
         story = self._story(include_internal=True)
-        written: list[Record] = [*story.lost()]
-        for end in written:
+        written: list[Record] = []
+        still_open: set[str] = set()
+        for start in story.orphans():
+            end = lost.end_of_lost(self._inner, start)
+            if end is None:
+                still_open.add(start.id)
+                continue
             self._record(end)
+            written.append(end)
         journaled = set(story.checkpoints)
         for intent in list(story.intents.values()):
             if intent.owner is not None and liveness.alive(intent.owner):
@@ -354,14 +381,15 @@ class RecordedSandbox:
             written.append(ended)
             if isinstance(ended, CheckpointRecord):
                 journaled.add(ended.id)
-        for dead in self._markers.dead():
+        for dead in set(self._markers.dead()) - still_open:
             self._markers.remove(dead)
         return written
 
     def _settle_pending(self) -> None:
-        """Settle first when a restore or checkpoint may be under way or left by a dead process (a
-        marker exists): a verdict on it must see the sandbox as that process left it."""
-        if self._markers.any():
+        """Settle first when a process died with a command, restore or checkpoint under way (its
+        marker is left): a verdict on a restore or checkpoint must see the sandbox as that process
+        left it, and its command must not run on. Without such a marker this costs one ``listdir``."""
+        if self._markers.dead():
             self.settle()
 
     @contextlib.contextmanager
@@ -426,7 +454,7 @@ class RecordedSandbox:
                     origin: Mapping[str, str] | None = None, error: str | None = None, killed: bool = False,
                     internal: bool | None = None, exec_id: str | None = None) -> None:
         """Journal (and audit) how a command ended; ``origin`` adds to the sandbox's own tags. Used
-        by ``start``/``exec`` and by faces that run a command past them (an interactive shell).
+        by ``start``/``exec``/``attach`` and by faces that run a command past them.
         ``internal`` marks housekeeping the agent framework sent by itself; None recognises it from
         the text. ``exec_id`` is the id of the record written ahead of the command, if any."""
         if internal is None:
@@ -435,6 +463,8 @@ class RecordedSandbox:
                                 duration_s=duration_s, timed_out=timed_out,
                                 origin={**self.origin, **(origin or {})}, error=error, killed=killed,
                                 internal=internal, id=exec_id))
+        if exec_id is not None:
+            self._markers.remove(exec_id)
 
     def _exists(self, path: str) -> bool:
         """Whether ``path`` exists in the sandbox; the classifier asks only about redirect targets

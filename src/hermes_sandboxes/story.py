@@ -25,6 +25,7 @@ from hermes_sandboxes.journal import (
     RestoreRecord,
     RestoreStartRecord,
 )
+from hermes_sandboxes.lost import why_lost
 from hermes_sandboxes.values import dataclass
 
 
@@ -100,16 +101,16 @@ class Story:
         out.reverse()
         return out
 
+    def orphans(self) -> list[ExecStartRecord]:
+        """The commands written ahead whose recording process died before they ended (never a live
+        recorder's): ``lost.end_of_lost`` stops and ends them."""
+        return [start for start in self.open.values() if not start.owner_alive()]
+
     def lost(self) -> list[ExecRecord]:
-        """The ends to record for the commands written ahead whose recording process died before
-        they ended: lost, their exit code unknown. A live recorder's commands are not among them."""
-        ends = []
-        for start in self.open.values():
-            if not start.owner_alive():
-                pid = start.owner.pid if start.owner is not None else "?"
-                ends.append(start.ended(lost=True, error=f"lost: the process recording it (pid {pid}) died "
-                                                         "before it ended; it may have run on in the sandbox"))
-        return ends
+        """The ends a reader can give the ``orphans`` without looking inside the sandbox: lost,
+        their exit code unknown, perhaps still running there."""
+        return [start.ended(lost=True, error=f"{why_lost(start)}; it may have run on in the sandbox")
+                for start in self.orphans()]
 
     def _apply(self, record: Record) -> None:
         if isinstance(record, RestoreStartRecord | CheckpointStartRecord):

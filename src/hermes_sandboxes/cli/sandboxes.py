@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -18,7 +17,7 @@ from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_f
 from hermes_sandboxes.cli.session import CLI_POLICIES, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import validate_name
-from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, SandboxSpec
+from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, Process, SandboxSpec
 from hermes_sandboxes.units import parse_size
 
 TYPE_CHECKING = False  # (as in session.py, where CliPolicy exists only for type checkers)
@@ -228,15 +227,17 @@ def shell(workspace: Workspace, name: str) -> int:
                               f"use: hermes-sandboxes exec {name} -- COMMAND")
         session = workspace.session(sandbox)
         label = "(interactive shell)" if interactive() else "(shell script from stdin)"
-        started = time.monotonic()
+
+        def attach(command: str, fds: tuple[int, int, int], *, cwd: str | None = None,
+                   env: dict[str, str] | None = None) -> Process:
+            # written ahead like any command (lost if we die, then stopped by the next call); never
+            # checkpointed: what it will run is not known yet
+            return session.recorded.attach(command, fds, cwd=cwd, env=env, record_as=label, checkpoint="off")
+
         try:
-            code = run_shell(sandbox)
-        except SandboxError as exc:
-            session.note_exec(label, None, time.monotonic() - started, error=str(exc))
-            raise
-        session.note_exec(label, code, time.monotonic() - started)
-        session.close()
-        return code
+            return run_shell(sandbox, attach)
+        finally:
+            session.close()
 
 
 @click.command(name="ls")
@@ -320,8 +321,9 @@ def fork(workspace: Workspace, source: str, rest: tuple[str, ...]) -> None:
 @click.pass_obj
 def gc(workspace: Workspace) -> None:
     """Destroy the sandboxes of `run`s whose process died without cleaning up (kill -9, a crash),
-    and record as lost the commands whose CLI died before they ended. Any command that uses the
-    backend collects such sandboxes too; gc does only this."""
+    and stop and record as lost the commands whose CLI died before they ended. Any command that uses
+    the backend collects such sandboxes too, and any that uses a sandbox settles its lost commands;
+    gc does this for all of them."""
     workspace.collect_orphans = False
     collected = workspace.collect()
     ui = Ui()
@@ -329,7 +331,8 @@ def gc(workspace: Workspace) -> None:
             + (f": {', '.join(collected)}" if collected else ""))
     settled = workspace.settle()
     if settled:
-        ui.note(f"recorded lost commands (their CLI died before they ended) in: {', '.join(settled)}")
+        ui.note(f"recorded lost commands (their CLI died before they ended; those still running were "
+                f"stopped) in: {', '.join(settled)}")
 
 
 @click.command(short_help="What works here, per backend, and why not.")

@@ -250,12 +250,6 @@ class Session:
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         self.recorded.delete_checkpoint(checkpoint_id)
 
-    def note_exec(self, command: str, exit_code: int | None, duration_s: float,
-                  error: str | None = None) -> None:
-        """Journal a command that ran past the recorder (the interactive shell), so the story and the
-        audit log still show that something happened in the sandbox then."""
-        self.recorded.record_exec(command, exit_code, duration_s, error=error)
-
     def destroy(self) -> None:
         self.recorded.destroy()
         # a remote sandbox's writer lease files go with it, unless a Hermes process still holds them

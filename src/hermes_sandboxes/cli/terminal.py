@@ -36,8 +36,17 @@ import threading
 import tty
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from hermes_sandboxes.sandbox import Sandbox
+from hermes_sandboxes.sandbox import Process, Sandbox
+
+
+class Attach(Protocol):
+    """What starts the shell: ``Sandbox.attach``'s signature."""
+
+    def __call__(self, command: str, fds: tuple[int, int, int], *, cwd: str | None = None,
+                 env: dict[str, str] | None = None) -> Process: ...
+
 
 # bash as the leader of its own session with the pty as controlling terminal (job control). The
 # command starts as a session leader; with a pty of the sandbox's own devpts it already has that pty
@@ -88,12 +97,14 @@ class _Ends:
                 os.close(fd)
 
 
-def run_shell(sandbox: Sandbox) -> int:
-    """Run the shell until it exits; returns its exit code."""
+def run_shell(sandbox: Sandbox, attach: Attach | None = None) -> int:
+    """Run the shell until it exits; returns its exit code. ``attach`` starts it (default:
+    ``sandbox.attach``; the CLI's records it, written ahead)."""
     ends = _Ends.open(sandbox, interactive())
     env = {"TERM": os.environ.get("TERM", "xterm-256color")} if ends.terminal else None
+    attach = attach or sandbox.attach
     try:
-        proc = sandbox.attach(INTERACTIVE if ends.terminal else SCRIPTED, ends.theirs, cwd=sandbox.home, env=env)
+        proc = attach(INTERACTIVE if ends.terminal else SCRIPTED, ends.theirs, cwd=sandbox.home, env=env)
     except BaseException:
         ends.close_ours(fed=False)
         raise
