@@ -10,9 +10,11 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from hermes_sandboxes import liveness
+from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.intents import Markers
 from hermes_sandboxes.journal import (
     AbandonedRecord,
@@ -234,3 +236,49 @@ def test_a_dead_processs_checkpoint_is_adopted_with_its_story_or_abandoned(sandb
     [listed] = recorded.checkpoints()
     assert listed.journaled and [c.command for c in listed.commands] == ["echo one > /root/f"]
     assert recorded.settle() == [] and not Markers(recorded.journal.path).any()
+
+
+# -- markers, and a lost command stopped whichever process recorded it ---------------------------------
+
+
+def test_a_marker_names_its_process_so_a_listing_finds_the_dead_ones(tmp_path: Path) -> None:
+    markers = Markers(tmp_path / "j.jsonl")
+    markers.add("mine")
+    child = ("import sys; from pathlib import Path; from hermes_sandboxes.intents import Markers; "
+             "Markers(Path(sys.argv[1])).add('theirs')")
+    subprocess.run([sys.executable, "-c", child, str(tmp_path / "j.jsonl")], check=True)  # it exits: dead
+    assert markers.dead() == ["theirs"] and markers.any()
+    markers.remove("theirs")  # another process's marker, found by its intent
+    markers.remove("mine")
+    assert not markers.any() and markers.dead() == []
+
+
+API_RECORDER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from hermes_sandboxes.backends.local import LocalBackend
+    from hermes_sandboxes.state import HostState
+    sandbox = LocalBackend(Path(sys.argv[1])).get(sys.argv[2])
+    recorded = HostState(Path(sys.argv[3]), durable=False).recorded(sandbox)
+    recorded.exec("exec sleep 631", on_stdout=print)
+""")
+
+
+def test_a_python_api_recorder_killed_mid_command_has_it_stopped_by_the_next_recorded_call(
+        local_backend: LocalBackend, sandbox: Sandbox, tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", API_RECORDER, str(local_backend.home), sandbox.name,
+                              str(tmp_path)])
+    running = "pgrep -ax sleep | awk '{print $3}'"
+    deadline = time.monotonic() + 60
+    while sandbox.exec(running).stdout != "631\n":
+        assert child.poll() is None and time.monotonic() < deadline, "the child's command never ran"
+        time.sleep(0.01)
+    child.kill()
+    child.wait()
+    recorded = HostState(tmp_path, durable=False).recorded(sandbox)
+    assert sandbox.exec(running).stdout == "631\n"  # runs on after its recorder died
+    assert recorded.exec("true").result.exit_code == 0  # the next recorded command settles it first
+    assert sandbox.exec(running).stdout == ""
+    [lost] = [r for r in recorded.journal.records_of(ExecRecord) if r.command == "exec sleep 631"]
+    assert lost.lost and lost.killed and lost.exit_code is None, lost
+    assert not Markers(recorded.journal.path).any()

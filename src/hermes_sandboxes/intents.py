@@ -44,47 +44,73 @@ CLOCK_SLACK_S = 60.0  # a remote service's clock may run behind ours when it dat
 
 
 class Markers:
-    """The ``<journal>.pending`` directory: one file per command, restore or checkpoint under way
-    (named by its id or intent), holding the identity of the process doing it."""
+    """The ``<journal>.pending`` directory: one empty file per command, restore or checkpoint under
+    way, named ``<id or intent>@<pid>.<start>.<boot>`` after the process doing it (see liveness), so
+    that creating it publishes it whole and a reader needs no more than the listing. (A marker named
+    by its intent alone holds that identity as JSON: the form earlier versions wrote.) The directory
+    stays once made: a command costs one create and one unlink."""
 
     def __init__(self, journal_path: Path) -> None:
         self.directory = journal_path.with_name(journal_path.name + ".pending")
 
+    @staticmethod
+    def _name(intent: str, owner: liveness.ProcessIdentity) -> str:
+        return f"{intent}@{owner.pid}.{owner.start or '-'}.{owner.boot or '-'}"
+
     def add(self, intent: str) -> None:
-        """Published whole (written aside, then renamed): a reader never takes a half-written
-        marker for a dead process's."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        aside = self.directory / f".{intent}"
-        aside.write_text(json.dumps(liveness.current().to_dict()))
-        os.replace(aside, self.directory / intent)
+        path = os.path.join(self.directory, self._name(intent, liveness.current()))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.close(fd)
 
     def remove(self, intent: str) -> None:
+        try:
+            os.unlink(os.path.join(self.directory, self._name(intent, liveness.current())))
+            return
+        except FileNotFoundError:
+            pass  # another process's (settled here), or one of an earlier version
         with contextlib.suppress(FileNotFoundError):
-            (self.directory / intent).unlink()
-        with contextlib.suppress(OSError):  # another one is under way
-            self.directory.rmdir()
+            for entry in os.listdir(self.directory):
+                if entry.partition("@")[0] == intent:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.directory, entry))
 
     def any(self) -> bool:
         try:
-            return any(not e.startswith(".") for e in os.listdir(self.directory))
+            return bool(os.listdir(self.directory))
         except FileNotFoundError:
             return False
 
     def dead(self) -> list[str]:
-        """The intents whose process died (an unreadable marker: it died writing it)."""
+        """The intents whose process died (an unreadable marker of the JSON form: it died writing it)."""
         try:
-            entries = sorted(e for e in os.listdir(self.directory) if not e.startswith("."))
+            entries = sorted(os.listdir(self.directory))
         except FileNotFoundError:
             return []
         found = []
-        for intent in entries:
-            try:
-                owner = liveness.ProcessIdentity.from_dict(json.loads((self.directory / intent).read_text()))
-            except (OSError, ValueError):
-                owner = None
+        for entry in entries:
+            intent, _, named = entry.partition("@")
+            owner = _named_owner(named) if named else self._written_owner(entry)
             if owner is None or not liveness.alive(owner):
                 found.append(intent)
         return found
+
+    def _written_owner(self, entry: str) -> liveness.ProcessIdentity | None:
+        try:
+            return liveness.ProcessIdentity.from_dict(json.loads((self.directory / entry).read_text()))
+        except (OSError, ValueError):
+            return None
+
+
+def _named_owner(named: str) -> liveness.ProcessIdentity | None:
+    pid, _, rest = named.partition(".")
+    start, _, boot = rest.partition(".")
+    if not pid.isdigit() or not start or not boot:
+        return None
+    return liveness.ProcessIdentity(int(pid), None if start == "-" else start, None if boot == "-" else boot)
 
 
 def token() -> str:

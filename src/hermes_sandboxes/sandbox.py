@@ -332,7 +332,8 @@ class Sandbox(ABC):
         started = time.monotonic()
         proc = self._start_for_exec(
             command, cwd=cwd, env=env, stdin=stdin,
-            on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr), tag=tag,
+            on_stdout=tee(out, on_stdout), on_stderr=tee(err, on_stderr),
+            **({} if tag is None else {"tag": tag}),  # an override written before tags takes none
         )
         try:
             code = proc.wait(timeout)
