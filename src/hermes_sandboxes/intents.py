@@ -78,6 +78,15 @@ class Markers:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self.directory, entry))
 
+    def clear(self) -> None:
+        """Remove every marker and the directory: the sandbox is gone, and all that ran in it."""
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.listdir(self.directory):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.directory, entry))
+        with contextlib.suppress(OSError):  # a process still adding one: its own unlink removes it
+            self.directory.rmdir()
+
     def any(self) -> bool:
         try:
             return bool(os.listdir(self.directory))

@@ -654,6 +654,7 @@ class RecordedSandbox:
     def destroy(self) -> None:
         self._inner.destroy()
         self._record(DestroyRecord(sandbox=self.name))
+        self._markers.clear()  # nothing runs in it any more: nothing to stop
 
     def close(self) -> None:
         """Close the journal (the audit log may be shared: its owner closes it)."""
