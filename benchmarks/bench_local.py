@@ -167,7 +167,7 @@ def bench_layer(backend: LocalBackend, label: str, size: int, count: int, reps: 
 
 
 def bench_quota(plain_backend: LocalBackend, limited_backend: LocalBackend, label: str, size: int, count: int,
-                reps: int) -> dict[str, Any]:
+                rounds: int) -> dict[str, Any]:
     """Checkpoints and restores of a sandbox with a disk limit (in a store of its own, btrfs simple
     quotas on) interleaved with those of a sandbox without one (in a store where quotas were never
     on), the same layer in both: each operation runs on one and then the other, the order
@@ -186,7 +186,7 @@ def bench_quota(plain_backend: LocalBackend, limited_backend: LocalBackend, labe
         samples: dict[str, dict[str, list[float]]] = {
             kind: {"checkpoint": [], "restore": [], "exec": []} for kind in sandboxes}
         targets = {kind: sb.checkpoint("restored to").id for kind, sb in sandboxes.items()}
-        for i in range(10 * reps):
+        for i in range(rounds):
             order = list(sandboxes.items())[:: 1 if i % 2 == 0 else -1]
             for kind, sb in order:
                 started = time.perf_counter()
@@ -381,7 +381,8 @@ def main() -> int:
             results["layers"][label] = bench_layer(backend, label, size, count, reps, results["disk_write_mb_s"])
         for label, (size, count) in (QUICK_LAYERS if args.quick else LAYERS).items():
             print(f"with and without a disk limit, interleaved, {label} layer...", file=sys.stderr)
-            results["quota"][label] = bench_quota(backend, limited_backend, label, size, count, reps)
+            results["quota"][label] = bench_quota(backend, limited_backend, label, size, count,
+                                                    30 if args.quick else 200)
         results["store"] = backend.store.kind
         results["load_average_1min"]["end"] = round(os.getloadavg()[0], 2)
     finally:
