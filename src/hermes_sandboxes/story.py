@@ -7,8 +7,10 @@ current lineage), a create or a destroy starts a new life for the name.
 
 from __future__ import annotations
 
+import heapq
+import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from hermes_sandboxes.journal import (
     AbandonedRecord,
@@ -211,3 +213,23 @@ def as_shown(records: Iterable[Record]) -> list[Record]:
         elif not (isinstance(r, RestoreStartRecord | CheckpointStartRecord) and r.intent in ended):
             shown.append(r)
     return shown
+
+
+def with_journal(audit: Sequence[Record], journal: Iterable[Record]) -> list[Record]:
+    """One sandbox's audit-log records completed by its journal's.
+
+    The recorder appends each record to the journal, then to the audit log: two writes that a kill
+    -9 can fall between. The journal then holds a command written ahead, its end, or an applied
+    restore that the audit log never got (and ``settle`` cannot mend that: it reads the journal,
+    which has it). Each journal record the audit log lacks is put in at its place in time, so a
+    log shows the record either file holds."""
+    seen = {_identity(r) for r in audit}
+    missing = [r for r in journal if _identity(r) not in seen]
+    if not missing:
+        return list(audit)
+    return list(heapq.merge(audit, missing, key=lambda r: r.ts))
+
+
+def _identity(record: Record) -> str:
+    # one record appended to both files is stored the same (same fields, same redaction)
+    return json.dumps(record.to_dict(), sort_keys=True, default=str)

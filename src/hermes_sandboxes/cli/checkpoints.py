@@ -49,7 +49,7 @@ from hermes_sandboxes.liveness import alive
 from hermes_sandboxes.recorder import RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.risk.internal import is_hermes_scratch
 from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Capability, ChangeKind, FileChange
-from hermes_sandboxes.story import as_shown
+from hermes_sandboxes.story import as_shown, with_journal
 
 EXIT_CANCELLED = 1
 EXIT_HEALTH_FAILED = 1
@@ -349,10 +349,12 @@ def log(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
 
     Also works for a sandbox that was destroyed, as long as its history is in the audit log. A
     command whose end is not recorded shows as running while the process that started it lives,
-    and as lost once that process died before it (kill -9, a crash)."""
+    and as lost once that process died before it (kill -9, a crash). What the sandbox's journal holds
+    and the audit log missed (a kill between the two writes) is shown too."""
     ui = Ui()
     validate_name(name)
-    records = as_shown(workspace.audit().records(sandbox=name))
+    records = as_shown(with_journal(workspace.audit().records(sandbox=name),
+                                    workspace.journal(name).records(sandbox=name)))
     if not records and name not in {i.name for i in workspace.backend.list()}:
         raise SandboxNotFound(f"no sandbox named {name} and no history for it; see `hermes-sandboxes ls`")
     if not show_all:
