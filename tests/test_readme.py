@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_backend, teardown_backend
 
 from hermes_sandboxes.backends.local import LocalBackend
+from tests.conftest import make_backend, teardown_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -225,6 +225,7 @@ _SCENARIOS: dict[str, list[tuple[str, Scenario, int]]] = {
     "2": [("an unknown option", lambda e: cli(e, "exec", "work", "--bogus", "--", "true").returncode, 2),
           ("a malformed --env", lambda e: cli(e, "exec", "work", "--env", "NOEQUALS", "--", "true").returncode, 2),
           ("a relative --cwd", lambda e: cli(e, "exec", "work", "--cwd", "tmp", "--", "true").returncode, 2),
+          ("--timeout 0", lambda e: cli(e, "exec", "work", "--timeout", "0", "--", "true").returncode, 2),
           ("--memory without a unit", lambda e: cli(e, "create", "other", "--memory", "512").returncode, 2),
           ("rm without --yes, stdin not a terminal", lambda e: cli(e, "rm", "work", stdin="y\n").returncode, 2)],
     "N": [("exit 7 inside", lambda e: cli(e, "exec", "work", "--", "exit 7").returncode, 7),
