@@ -5,6 +5,9 @@ The other shell tests (scripts from stdin, background jobs outliving the shell) 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import cli_kit
@@ -72,3 +75,29 @@ def test_a_shell_is_written_ahead_and_one_whose_cli_was_killed_is_stopped_by_the
     shell, _ = as_json(home, "log", box.name)
     assert shell["lost"] and shell["killed"] and not shell.get("unfinished"), shell
     assert "a later call stopped it in the sandbox" in shell["error"], shell
+
+
+def test_a_terminal_that_hangs_up_ends_the_shell_as_a_closed_window_does(home: Path, box: LocalSandbox,
+                                                                         tmp_path: Path) -> None:
+    """The CLI's own terminal goes away (a closed window, a dropped ssh): the CLI gets SIGHUP from the
+    kernel, and hangs up the shell's pty in turn. bash passes SIGHUP on to its jobs; what was left
+    with nohup, setsid or disown lives on; no traceback from restoring a terminal that is gone."""
+    master, slave = os.openpty()
+    with open(tmp_path / "stderr", "wb") as stderr:  # not the terminal: we read it after the hang-up
+        proc = subprocess.Popen(["setsid", "--ctty", *CLI, "--home", str(home), "shell", box.name],
+                                stdin=slave, stdout=slave, stderr=stderr)
+    os.close(slave)
+    os.write(master, b"sleep 604 & nohup sleep 601 >/dev/null 2>&1 & setsid sleep 602 & sleep 603 & disown; "
+                     b"echo job-$((2*3))\r")
+    seen, deadline = b"", time.monotonic() + 60
+    while b"job-6\r\n" not in seen:  # the typed line is echoed as "job-$((2*3))"
+        assert time.monotonic() < deadline, seen
+        seen += os.read(master, 4096)
+    os.close(master)  # the terminal hangs up
+    assert proc.wait(timeout=60) == 129
+    assert (tmp_path / "stderr").read_bytes().strip() == b"error: interrupted by SIGHUP"
+    deadline = time.monotonic() + 60
+    while (left := ok(home, "exec", box.name, "--", "pgrep -a sleep | cut -d' ' -f3 | sort").stdout.split()) \
+            != ["601", "602", "603"]:  # the plain job is hung up; may take a moment to go
+        assert time.monotonic() < deadline and set(left) >= {"601", "602", "603"}, left
+        time.sleep(0.05)

@@ -11,9 +11,10 @@ Why a pty of our own rather than passing our terminal in: a descriptor of the us
 the sandbox could inject keystrokes into the host shell (TIOCSTI) once the sandbox shell exits. The
 pty we allocate only ever feeds the sandbox.
 
-When the shell exits, what it left running in the background stays, as after closing a real
-terminal: the pty hangs up, so jobs that still hold it get SIGHUP, while ``nohup``, ``setsid`` and
-disowned jobs survive.
+When the shell exits, what it left running in the background stays, as after ``exit`` in a real
+terminal (bash ends stopped jobs, and warns first). When our own terminal hangs up (a closed window,
+a dropped ssh: SIGHUP), the shell's pty is hung up too, as a real terminal's would be: bash passes
+SIGHUP to its jobs and exits, while ``nohup``, ``setsid`` and disowned jobs survive; the CLI exits 129.
 
 The window size follows the host terminal: it is copied at the start and again on each SIGWINCH.
 
@@ -58,6 +59,7 @@ INTERACTIVE = ('if command -v bash >/dev/null; then sh=bash; else sh=sh; fi; '
                'exec setsid --wait --ctty "$sh" -i; fi; exec "$sh" -i')
 SCRIPTED = 'if command -v bash >/dev/null; then exec bash -s; fi; exec sh -s'
 _CHUNK = 65536
+_HANG_UP_WAIT_S = 10.0  # for bash to pass SIGHUP on to its jobs and exit, after its pty hung up
 
 
 def interactive() -> bool:
@@ -117,6 +119,10 @@ def run_shell(sandbox: Sandbox, attach: Attach | None = None) -> int:
             with _copying(ends.outputs, on_error=proc.kill):
                 try:
                     code = proc.wait()
+                except KeyboardInterrupt as exc:
+                    if ends.terminal and getattr(exc, "signum", None) == signal.SIGHUP:
+                        _hang_up(ends.shell_in, proc)
+                    raise
                 finally:
                     proc.kill()  # only if wait() failed: what the shell started in the background lives
                     # on, as after closing a real terminal (nohup, setsid and disowned jobs survive)
@@ -124,6 +130,20 @@ def run_shell(sandbox: Sandbox, attach: Attach | None = None) -> int:
         return code
     finally:
         ends.close_ours(fed=True)
+
+
+def _hang_up(master: int, proc: Process) -> None:
+    """Our terminal went away (SIGHUP): hang up the shell's pty too, as a closed terminal window does.
+    bash gets SIGHUP and passes it to its jobs, then exits; ``nohup``, ``setsid`` and disowned jobs
+    live on. Killing the shell's process tree instead would take those with it. A shell that has
+    not gone after a while is killed (the caller's ``kill()``)."""
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:  # closes the master (the kernel then hangs the pty up) and leaves its number valid for clean-up
+        os.dup2(null, master)
+    finally:
+        os.close(null)
+    with contextlib.suppress(Exception):
+        proc.wait(_HANG_UP_WAIT_S)
 
 
 def _feed(shell_in: int, close_at_end: bool) -> None:
@@ -221,7 +241,8 @@ def _raw_terminal(interactive: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+        with contextlib.suppress(termios.error):  # EIO: the terminal has gone (hung up), nothing to restore
+            termios.tcsetattr(0, termios.TCSADRAIN, saved)
 
 
 def _copy_window_size(target: int) -> None:
