@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,22 @@ def test_a_signal_during_exec_kills_the_command_inside_and_journals_it(
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"
     [record, _] = log_of(home, box.name)
     assert record["killed"] is True and record["error"] == f"interrupted by {sig.name}", record
+
+
+def test_a_command_stopped_with_ctrl_c_is_in_the_restore_preview(home: Path, box: LocalSandbox) -> None:
+    taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "touch /root/half-done; echo started; exec sleep 600"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    preview = ok(home, "checkpoint", "restore", box.name, taken, "--yes").stdout
+    [row] = [line for line in preview.splitlines() if "touch /root/half-done" in line]
+    assert row.split()[2] == "137", preview  # killed (SIGKILL) by the CLI on the interrupt
+    assert any(line.split()[:3] == ["/root", "1", "1"] for line in preview.splitlines()), preview  # its file
+    [record] = log_of(home, box.name)
+    assert record["killed"] and record["error"] == "interrupted by SIGINT", record
 
 
 def test_a_reader_that_goes_away_is_journaled_as_a_broken_pipe(home: Path, box: LocalSandbox) -> None:
@@ -353,13 +370,27 @@ def test_the_automatic_checkpoint_note_comes_before_the_command_runs(home: Path,
         proc.communicate(timeout=60)
 
 
-def test_ls_never_calls_a_sandbox_a_dead_checkpoint_left_frozen_running(home: Path, box: LocalSandbox) -> None:
+def test_ls_never_calls_a_sandbox_a_killed_checkpoint_left_frozen_running(
+        home: Path, box: LocalSandbox, tmp_path: Path) -> None:
     ok(home, "exec", box.name, "--", "true")  # its init runs
     state = json.loads((box.backend.layout.run_dir(box.name) / "init.json").read_text())
     groups = cgroups.from_state(state["cgroups"])
-    cgroups.freeze(groups.group)  # what a checkpoint killed with -9 leaves behind
+    marker = tmp_path / "paused"
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": "checkpoint-staged",
+           "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
+    proc = subprocess.Popen(cli(home, "checkpoint", "create", box.name), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()):  # the snapshot is staged, the sandbox frozen
+        assert proc.poll() is None and time.monotonic() < deadline, "the checkpoint never paused"
+        time.sleep(0.01)
     [listed] = [s for s in as_json(home, "ls") if s["name"] == box.name]
-    assert listed["state"] == "running" and not groups.is_frozen(), listed
+    assert listed["state"] == "paused" and groups.is_frozen(), listed  # while the checkpoint lives
+    proc.kill()  # SIGKILL: nothing thaws the sandbox
+    proc.wait()
+    assert groups.is_frozen()
+    [listed] = [s for s in as_json(home, "ls") if s["name"] == box.name]
+    assert listed["state"] == "running" and not groups.is_frozen(), listed  # thawed, so running is true
     assert ok(home, "exec", box.name, "--", "echo alive").stdout == "alive\n"
 
 
