@@ -70,7 +70,9 @@ def test_exec_streams_stdin_instead_of_reading_it_whole_first(home: Path, box: L
 
 
 def test_run_passes_stdin_too(home: Path) -> None:
-    assert ok(home, "run", "--", "tr a-z A-Z", input="shout\n").stdout == "SHOUT\n"
+    done = subprocess.run(cli(home, "run", "--", "tr a-z A-Z"), input=b"shout\n", capture_output=True, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stdout) == (0, b"SHOUT\n"), done.stderr
 
 
 def test_on_a_terminal_stdin_is_passed_only_with_interactive(home: Path, box: LocalSandbox) -> None:

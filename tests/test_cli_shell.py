@@ -87,17 +87,23 @@ def test_a_terminal_that_hangs_up_ends_the_shell_as_a_closed_window_does(home: P
         proc = subprocess.Popen(["setsid", "--ctty", *CLI, "--home", str(home), "shell", box.name],
                                 stdin=slave, stdout=slave, stderr=stderr)
     os.close(slave)
+    # (and a job that keeps writing to the terminal, so output is under way when it hangs up)
     os.write(master, b"sleep 604 & nohup sleep 601 >/dev/null 2>&1 & setsid sleep 602 & sleep 603 & disown; "
-                     b"echo job-$((2*3))\r")
+                     b"while :; do echo tick; sleep 0.01; done & echo job-$((2*3))\r")
     seen, deadline = b"", time.monotonic() + 60
     while b"job-6\r\n" not in seen:  # the typed line is echoed as "job-$((2*3))"
         assert time.monotonic() < deadline, seen
         seen += os.read(master, 4096)
+    # each job is sleep itself by now (so nohup has ignored SIGHUP and setsid has left the session:
+    # a terminal closed before that would hang them up too, here as on a real one)
+    while sorted(box.exec("pgrep -ax sleep | cut -d' ' -f3 | grep ^60").stdout.split()) != ["601", "602", "603", "604"]:
+        assert time.monotonic() < deadline, "the jobs never started"
+        time.sleep(0.02)
     os.close(master)  # the terminal hangs up
     assert proc.wait(timeout=60) == 129
     assert (tmp_path / "stderr").read_bytes().strip() == b"error: interrupted by SIGHUP"
     deadline = time.monotonic() + 60
-    while (left := ok(home, "exec", box.name, "--", "pgrep -a sleep | cut -d' ' -f3 | sort").stdout.split()) \
-            != ["601", "602", "603"]:  # the plain job is hung up; may take a moment to go
+    while (left := ok(home, "exec", box.name, "--", "pgrep -ax sleep | cut -d' ' -f3 | sort").stdout.split()) \
+            != ["601", "602", "603"]:  # the plain jobs are hung up; may take a moment to go
         assert time.monotonic() < deadline and set(left) >= {"601", "602", "603"}, left
         time.sleep(0.05)

@@ -116,7 +116,7 @@ def checkpoint_first(session: Session, command: Command, policy: CliPolicy,
 
 def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: str | None,
                 env: dict[str, str], timeout: float | None, stdin: Stdin,
-                announce: Callable[[StoriedCheckpoint, tuple[str, ...]], None]) -> Outcome:
+                announce: Callable[[StoriedCheckpoint, tuple[str, ...], bool], None]) -> Outcome:
     """Run ``command`` to its end; see the module's docstring for what every ending does."""
     output = Passthrough()
     proc: RecordedProcess | None = None
@@ -125,7 +125,7 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
         with signals.held():  # a signal now is raised once we hold the command, so we can kill it
             taken, reasons = checkpoint_first(session, command, policy, cwd) if policy != "off" else (None, ())
             if taken is not None:
-                announce(taken, reasons)
+                announce(taken, reasons, _taken_now(taken, command))
             # (the checkpoint is taken above, so that its note comes first; the framework's own
             # housekeeping is still recorded as internal, as the recorder would judge it)
             internal = hermes_internal(command_text(command)) is not None
@@ -185,16 +185,25 @@ def _oom_kills(session: Session) -> int | None:
 Note = Callable[..., None]  # (text, style=None): a note for people on stderr
 
 
-def announcer(note: Note, name: str) -> Callable[[StoriedCheckpoint, tuple[str, ...]], None]:
+def announcer(note: Note, name: str) -> Callable[[StoriedCheckpoint, tuple[str, ...], bool], None]:
     """The automatic-checkpoint note, said before the command starts (an endless or interrupted
-    command has still told the user how to undo it)."""
+    command has still told the user how to undo it). ``fresh``: taken for this command, rather than
+    an earlier one reused because nothing changed since (the note must not claim it was just taken)."""
 
-    def announce(taken: StoriedCheckpoint, reasons: tuple[str, ...]) -> None:
+    def announce(taken: StoriedCheckpoint, reasons: tuple[str, ...], fresh: bool) -> None:
         why = f" ({', '.join(reasons)})" if reasons else ""
-        note(f"checkpoint {taken.id} taken first{why}; undo with: "
+        first = "taken first" if fresh else "kept as the undo point, nothing changed since"
+        note(f"checkpoint {taken.id} {first}{why}; undo with: "
              f"hermes-sandboxes checkpoint restore {name} {taken.id}")
 
     return announce
+
+
+def _taken_now(taken: StoriedCheckpoint, command: Command) -> bool:
+    """Whether the recorder took ``taken`` for ``command`` (else it reused one: see
+    ``RecordedSandbox.checkpoint_if_risky``). An earlier automatic one for the same command line
+    counts as taken for it."""
+    return taken.trigger == "auto" and taken.trigger_command == command_text(command)
 
 
 def finish(note: Note, session: Session, outcome: Outcome, timeout: float | None) -> int:

@@ -137,6 +137,9 @@ def _hang_up(master: int, proc: Process) -> None:
     bash gets SIGHUP and passes it to its jobs, then exits; ``nohup``, ``setsid`` and disowned jobs
     live on. Killing the shell's process tree instead would take those with it. A shell that has
     not gone after a while is killed (the caller's ``kill()``)."""
+    # a second SIGHUP (the terminal's hang-up reaches a session leader and a foreground group, and
+    # we may be both) must not cut the wait short: the kill after it would take every job
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     try:  # closes the master (the kernel then hangs the pty up) and leaves its number valid for clean-up
         os.dup2(null, master)
@@ -162,13 +165,20 @@ def _copying(outputs: dict[int, int], on_error: Callable[[], None]) -> Iterator[
     """Copy the shell's output to ours on a thread while the block runs (the block waits for the
     shell); at its end, copy what is already written and stop, without waiting for an end of file
     that a background job holding the pty or pipe would postpone forever. A failure to copy (our
-    stdout closed, say) calls ``on_error`` (which kills the shell) and is raised after the block."""
+    stdout closed, say) calls ``on_error`` (which kills the shell) and is raised after the block;
+    but not our terminal hanging up (EIO), which the SIGHUP that comes with it handles."""
     stop_r, stop_w = os.pipe()
     failed: list[BaseException] = []
 
     def copy() -> None:
         try:
             _copy_until(stop_r, outputs)
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                failed.append(exc)
+                with contextlib.suppress(Exception):
+                    on_error()
+            # EIO: our terminal hung up; its SIGHUP ends the shell as a hang-up, never a kill of all
         except BaseException as exc:
             failed.append(exc)
             with contextlib.suppress(Exception):
