@@ -107,3 +107,5 @@ def test_a_terminal_that_hangs_up_ends_the_shell_as_a_closed_window_does(home: P
             != ["601", "602", "603"]:  # the plain jobs are hung up; may take a moment to go
         assert time.monotonic() < deadline and set(left) >= {"601", "602", "603"}, left
         time.sleep(0.05)
+    shell = [r for r in as_json(home, "log", box.name) if r["command"] == "(interactive shell)"]
+    assert [(r["exit_code"], r.get("lost")) for r in shell] == [(129, None)], shell  # bash's own end, recorded
