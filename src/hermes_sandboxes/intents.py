@@ -29,14 +29,14 @@ from pathlib import Path
 
 from hermes_sandboxes import liveness
 from hermes_sandboxes.errors import CheckpointNotFound, Unsupported
-from hermes_sandboxes.journal import (
+from hermes_sandboxes.journal import utf8_safe
+from hermes_sandboxes.records import (
     AbandonedRecord,
     CheckpointRecord,
     CheckpointStartRecord,
     Intent,
     RestoreRecord,
     RestoreStartRecord,
-    utf8_safe,
 )
 from hermes_sandboxes.sandbox import Capability, Sandbox
 

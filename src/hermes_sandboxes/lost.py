@@ -18,7 +18,10 @@ nothing is recorded: the command stays open, shown as lost, and the next call tr
 from __future__ import annotations
 
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound, Unsupported
-from hermes_sandboxes.journal import ExecRecord, ExecStartRecord
+from hermes_sandboxes.records import (
+    ExecRecord,
+    ExecStartRecord,
+)
 from hermes_sandboxes.sandbox import Capability, Sandbox
 
 

@@ -44,7 +44,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from hermes_sandboxes import intents, liveness, lost
 from hermes_sandboxes.command import RecordedProcess, _Prepared
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
-from hermes_sandboxes.journal import (
+from hermes_sandboxes.journal import Journal
+from hermes_sandboxes.records import (
     MAX_OUTPUT_TAIL_CHARS,
     AllowRecord,
     CheckpointDeleteRecord,
@@ -57,7 +58,6 @@ from hermes_sandboxes.journal import (
     ExecStartRecord,
     HealthCheck,
     Intent,
-    Journal,
     Record,
     RecordBase,
     RestoreRecord,
@@ -87,7 +87,10 @@ if TYPE_CHECKING:
 
     from hermes_sandboxes.command import CommandOptions
     from hermes_sandboxes.diffsummary import DiffSummary
-    from hermes_sandboxes.journal import DeleteReason, Trigger
+    from hermes_sandboxes.records import (
+        DeleteReason,
+        Trigger,
+    )
     from hermes_sandboxes.risk import CheckpointPolicy
 
 DEFAULT_RETENTION = 10

@@ -12,7 +12,8 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from hermes_sandboxes.journal import (
+from hermes_sandboxes.lost import why_lost
+from hermes_sandboxes.records import (
     AbandonedRecord,
     AllowRecord,
     CheckpointDeleteRecord,
@@ -27,7 +28,6 @@ from hermes_sandboxes.journal import (
     RestoreRecord,
     RestoreStartRecord,
 )
-from hermes_sandboxes.lost import why_lost
 from hermes_sandboxes.values import dataclass
 
 
