@@ -1,15 +1,22 @@
 """The contract for tagged commands (``Capability.KILL_TAGGED``), run against every backend: a command
 started with a tag is killed by that tag from another handle (as another process would, after the one
-that started it died), and no other command is touched."""
+that started it died), and no other command is touched; and the recorder, over each backend, stops
+what a recorder that died left running."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from hermes_sandboxes import liveness
 from hermes_sandboxes.errors import InvalidInput, Unsupported
+from hermes_sandboxes.records import ExecRecord, ExecStartRecord
 from hermes_sandboxes.sandbox import Backend, Capability, Sandbox
+from hermes_sandboxes.state import HostState
 
 
 def _sleeps(sandbox: Sandbox) -> set[str]:
@@ -72,3 +79,45 @@ def test_a_tree_kill_backend_kills_what_a_tagged_command_started(backend: Backen
     finally:
         proc.kill()
         proc.wait(60)
+
+
+def _dead_process() -> liveness.ProcessIdentity:
+    """The identity of a real process that has exited since: a recorder killed with -9."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    identity = liveness.ProcessIdentity(child.pid, liveness.start_time(child.pid), liveness.boot_id())
+    child.communicate(b"")
+    return identity
+
+
+def test_settling_stops_the_command_a_dead_recorder_left_running_and_no_other(
+        backend: Backend, sandbox: Sandbox, tmp_path: Path) -> None:
+    """What a recorder killed mid-command leaves (its command running under its record's id as tag,
+    the record written ahead with the dead process as owner) is stopped and ended by the next
+    settle, on every backend that can kill by tag (elsewhere it is ended as lost and left alone);
+    a live recorder's command runs on."""
+    tagging = Capability.KILL_TAGGED in backend.capabilities
+    recorded = HostState(tmp_path, durable=False).recorded(sandbox)
+    orphan_id, live_id = os.urandom(8).hex(), os.urandom(8).hex()
+    tags = {orphan_id: orphan_id, live_id: live_id} if tagging else {orphan_id: None, live_id: None}
+    orphan = sandbox.start(["sleep", "341"], **({"tag": orphan_id} if tagging else {}))
+    live = sandbox.start(["sleep", "342"], **({"tag": live_id} if tagging else {}))
+    for record_id, owner in ((orphan_id, _dead_process()), (live_id, liveness.current())):
+        recorded.journal.append(ExecStartRecord(sandbox=sandbox.name, id=record_id, command=f"sleep {record_id}",
+                                                owner=owner, tag=tags[record_id]))
+    try:
+        assert sandbox.exec("for i in $(seq 100); do pgrep -x sleep | wc -l | grep -qx 2 && break; "
+                            "sleep 0.1; done; pgrep -x sleep | wc -l").stdout == "2\n"
+        [ended] = recorded.settle()
+        assert isinstance(ended, ExecRecord) and ended.id == orphan_id, ended
+        assert ended.lost and ended.exit_code is None, ended
+        if tagging:
+            assert ended.killed and orphan.wait(60) is not None and _sleeps(sandbox) == {"342"}, ended
+        else:  # no way to name it to the backend: recorded honestly, left alone
+            assert not ended.killed and "may have run on" in (ended.error or ""), ended
+            assert _sleeps(sandbox) == {"341", "342"}
+        assert live.poll() is None
+        assert recorded.settle() == []  # once; and the live recorder's command is never settled
+    finally:
+        for proc in (orphan, live):
+            proc.kill()
+            proc.wait(60)
