@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warm_kit
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.backends.local.store import BtrfsStore
@@ -64,6 +65,29 @@ def host_state_dir() -> Iterator[Path]:
         else:
             os.environ[key] = value
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_servers() -> Iterator[Path]:
+    """The CLI processes of this run talk to warm exec servers of this run only (a throw-away
+    runtime directory, never the developer's own), which idle out after a minute and are stopped
+    when the session ends, by the pids they recorded."""
+    root = Path(tempfile.mkdtemp(prefix="hwarm-", dir="/tmp"))  # 0700, as a runtime directory is
+    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "HERMES_SANDBOXES_WARM_IDLE_S",
+                                            "HERMES_SANDBOXES_WARM")}
+    os.environ["XDG_RUNTIME_DIR"] = str(root)
+    os.environ["HERMES_SANDBOXES_WARM_IDLE_S"] = "60"
+    os.environ.pop("HERMES_SANDBOXES_WARM", None)
+    try:
+        yield root / "hermes-sandboxes"
+    finally:
+        warm_kit.stop_all(root / "hermes-sandboxes")
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

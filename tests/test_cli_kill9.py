@@ -21,6 +21,7 @@ from typing import Any
 
 import cli_kit
 import pytest
+import warm_kit
 from cli_kit import CLI, Pty, as_json, hs, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
@@ -52,18 +53,25 @@ def poll(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], what: str
         time.sleep(0.002)
 
 
-def took(argv: list[str]) -> float:
+def took(argv: list[str], env: dict[str, str] | None = None) -> float:
     """How long one uninterrupted run of ``argv`` takes on this machine now (to scale a sweep)."""
     started = time.monotonic()
-    subprocess.run(argv, capture_output=True, timeout=120, check=True)
+    subprocess.run(argv, capture_output=True, timeout=120, check=True, env=env)
     return time.monotonic() - started
 
 
 # -- exec ------------------------------------------------------------------------------------------
 
 
-def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(home: Path, box: LocalSandbox) -> None:
-    full = took(cli(home, "exec", box.name, "--", "true"))
+@pytest.mark.parametrize("warm", [False, True], ids=["in-process", "warm"])
+def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(
+        home: Path, box: LocalSandbox, warm: bool) -> None:
+    """In-process, a command whose CLI was killed is recorded as lost (gc settles it); served warm,
+    its worker sees the client go and stops and records it (interrupted), so nothing is lost."""
+    env = {**os.environ} if warm else {**os.environ, **warm_kit.WARM_OFF}
+    if warm:
+        warm_kit.start(env)
+    full = took(cli(home, "exec", box.name, "--", "true"), env)
     points: list[tuple[str, float]] = [("running", 0.0), ("written ahead", 0.0)]
     points += [("after", full * k / 10) for k in range(12)]  # from start-up to past the end
     ended_early: dict[int, tuple[int, bytes]] = {}  # CLIs that ended before their kill: why, if it fails
@@ -72,7 +80,7 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(hom
         command = f"touch {mark}; echo started" + ("; exec sleep 600" if i % 2 == 0 else "")
         with tempfile.TemporaryFile() as errors:
             proc = subprocess.Popen(cli(home, "exec", box.name, "--", command), stdout=subprocess.PIPE,
-                                    stderr=errors)
+                                    stderr=errors, env=env)
             assert proc.stdout is not None
             if point == "written ahead":
                 poll(lambda mark=mark: mark.encode() in journal_text(box), proc, "the command written ahead")
@@ -87,6 +95,11 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(hom
             proc.wait()
             proc.stdout.close()
         assert ok(home, "exec", box.name, "--", "echo next").stdout == "next\n"  # the next call works
+    if warm:  # the workers of killed clients record their commands' ends as they stop them
+        deadline = time.monotonic() + 60
+        while any(r.get("unfinished") for r in execs(home, box.name)):
+            assert time.monotonic() < deadline, execs(home, box.name)
+            time.sleep(0.05)
     ran = set(box.exec("ls /root").stdout.split())
     recorded = {r["command"].split(";")[0].removeprefix("touch /root/"): r for r in execs(home, box.name)
                 if r["command"].startswith("touch")}
@@ -95,10 +108,16 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(hom
     # the polled points were reached before the kill
     assert "ran-0" in ran and "ran-1" in recorded, (sorted(ran), sorted(recorded), ended_early)
     for name, record in recorded.items():  # each one's end, or honestly none
-        if record["exit_code"] is None:
+        if warm and record.get("killed"):  # (stopped before or after it touched its mark)
+            assert record["error"] == "interrupted by SIGHUP", record
+        elif record["exit_code"] is None:
             assert record.get("lost") and record["error"].startswith("lost: the process recording it"), record
         else:
             assert record["exit_code"] == 0 and name in ran, record
+    if warm:
+        assert not any(r.get("lost") for r in recorded.values()), recorded
+        assert "recorded lost commands" not in ok(home, "gc").stderr
+        return
     # the next call on the sandbox (each `exec echo next` above), gc, or the next checkpoint or restore
     # writes the lost ones' ends once, for good
     ok(home, "gc")

@@ -295,9 +295,15 @@ def test_rm_refuses_without_yes_when_stdin_is_not_a_terminal(home: Path, box: Lo
 # -- the fast path ---------------------------------------------------------------------------------------
 
 
+# These check the in-process path (HERMES_SANDBOXES_WARM=0); what a call served warm imports (the
+# client only) is checked in test_cli_warm.py.
+def in_process() -> dict[str, str]:
+    return {**os.environ, "HERMES_SANDBOXES_WARM": "0"}
+
+
 def _imported(home: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
     done = subprocess.run([CLI[0], "-X", "importtime", *CLI[1:], "--home", str(home), *args],
-                          capture_output=True, timeout=60, check=False)
+                          capture_output=True, timeout=60, check=False, env=in_process())
     modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
                if line.startswith("import time:")}
     return done, modules
@@ -336,7 +342,8 @@ def test_exec_of_a_plain_command_imports_only_what_running_and_recording_it_need
     # as the console script calls it (python -m would add runpy's own imports)
     script = "import sys; from hermes_sandboxes.cli import main; main()"
     done = subprocess.run([CLI[0], "-X", "importtime", "-c", script, "--home", str(home), "exec", box.name,
-                           "--", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+                           "--", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False,
+                          env=in_process())
     modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
                if line.startswith("import time:")}
     assert done.returncode == 0, done

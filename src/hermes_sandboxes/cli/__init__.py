@@ -1,9 +1,11 @@
 """The ``hermes-sandboxes`` command-line tool (entry point ``hermes_sandboxes.cli:main``).
 
-``main`` first offers the arguments to the fast path (fast.py: ``exec`` with the standard library,
-the contract and the recorder only); anything else goes to the click application, imported only
-then. Both imports happen inside a Ctrl-C guard: an interrupt while Python is still importing ends
-the command quietly (exit 130), not with a traceback.
+``main`` first offers an ``exec`` to this user's warm exec server (warm.py: a client of a few
+built-in modules; the server keeps the fast path imported and forks a worker per call), then to the
+fast path in-process (fast.py: ``exec`` with the standard library, the contract and the recorder
+only); anything else goes to the click application, imported only then. All of it happens inside a
+Ctrl-C guard: an interrupt while Python is still importing ends the command quietly (exit 130), not
+with a traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     try:
+        if argv is None and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+            # (only as a command: a program that calls main() with its own streams keeps them)
+            from hermes_sandboxes.cli.warm import run
+
+            code = run(sys.argv[1:])
+            if code is not None:
+                sys.exit(code)
         from hermes_sandboxes.cli.fast import try_exec
 
         code = try_exec(sys.argv[1:] if argv is None else list(argv))

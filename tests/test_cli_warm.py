@@ -1,0 +1,389 @@
+"""The warm exec path (cli/warm.py, warmserver.py, warmworker.py), in real processes: a per-user
+server forks a worker per ``exec``, which must be indistinguishable from the CLI in-process (bytes,
+exit codes, records, signals), must stop its command when its client dies, and must never leave a
+client hanging or serve someone else.
+
+Each test that controls the server's life gets its own runtime directory (``rt``), so it starts,
+kills and counts only its own servers; the rest use the session's (conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cli_kit
+import pytest
+import warm_kit
+from cli_kit import CLI, as_json, ok
+
+from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.state import HostState
+
+home, box = cli_kit.home, cli_kit.box
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An environment with a runtime directory of this test's own; its servers stop at the end."""
+    where = tmp_path / "run"
+    where.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(where), "HERMES_SANDBOXES_WARM_IDLE_S": "60"}
+    try:
+        yield env
+    finally:
+        warm_kit.stop_all(where / "hermes-sandboxes")
+
+
+def cli(home: Path, *args: str) -> list[str]:
+    return [*CLI, "--home", str(home), *args]
+
+
+def journal(box: LocalSandbox) -> Path:
+    return HostState().journal_path(box.backend.key, box.name)
+
+
+def execs(home: Path, name: str) -> list[dict[str, Any]]:
+    return [r for r in as_json(home, "log", name) if r["type"] == "exec"]
+
+
+def comparable(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in ("ts", "id", "duration_s")}
+
+
+def poll(predicate: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.02)
+
+
+# -- the same as in-process ------------------------------------------------------------------------
+
+CORPUS: list[tuple[str, list[str], bytes | None]] = [
+    ("bytes and codes", ["--", "printf 'caf\\xe9\\n'; printf 'e\\xff\\n' >&2; exit 3"], None),
+    ("stdin with its end", ["--", "cat; echo end"], b"one\n\xfe\xff two\n"),
+    ("env and cwd options", ["-e", "A=1", "-w", "/tmp", "--", "echo $A; pwd"], None),
+    ("a bad option", ["--timeout", "0", "--", "true"], None),
+    ("a timeout", ["--timeout", "0.5", "--", "sleep 30"], None),
+    ("no such sandbox", ["@missing", "--", "true"], None),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "stdin"), CORPUS, ids=[c[0] for c in CORPUS])
+def test_warm_and_in_process_give_the_same_bytes_codes_and_records(
+        home: Path, box: LocalSandbox, rt: dict[str, str], case: str, args: list[str], stdin: bytes | None) -> None:
+    warm_kit.start(rt)
+    name = "no-such-box" if args[0] == "@missing" else box.name
+    argv = cli(home, "exec", name, *(args[1:] if args[0] == "@missing" else args))
+    seen = []
+    for env in ({**rt, **warm_kit.WARM_OFF}, rt):
+        done = subprocess.run(argv, input=stdin or b"", env=env, capture_output=True, timeout=120, check=False)
+        seen.append((done.returncode, done.stdout, done.stderr))
+    assert seen[0] == seen[1], seen
+    if name == box.name and seen[0][0] != 2:
+        records = execs(home, box.name)
+        assert len(records) == 2 and comparable(records[0]) == comparable(records[1]), records
+        cold_owner, warm_owner = warm_kit.owners(journal(box))
+        assert warm_owner != cold_owner and warm_kit.server_pid(rt) is not None  # the second one ran warm
+
+
+def test_the_exec_of_a_running_command_is_recorded_by_the_worker_as_running(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; read line"), env=rt,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        assert proc.stdout.readline() == b"started\n"
+        [running] = execs(home, box.name)
+        assert running["unfinished"] and not running.get("lost"), running
+        [worker] = warm_kit.owners(journal(box))
+        assert worker not in (proc.pid, server) and Path(f"/proc/{worker}").exists()
+    finally:
+        proc.communicate(b"go\n", timeout=60)
+    assert proc.returncode == 0
+    [ended] = execs(home, box.name)
+    assert ended["exit_code"] == 0 and not ended.get("unfinished"), ended
+
+
+# -- signals and deaths ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signals_reach_the_worker_which_stops_and_records_the_command(
+        home: Path, box: LocalSandbox, rt: dict[str, str], sig: signal.Signals) -> None:
+    warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 600"), env=rt,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert err.decode().strip().startswith("error: interrupted"), err
+    [record] = execs(home, box.name)
+    assert record["killed"] is True and record["error"] == f"interrupted by {sig.name}", record
+    assert warm_kit.owners(journal(box)) != [proc.pid]  # it ran warm
+
+
+def _sleepers(box: LocalSandbox, marker: str) -> int:
+    text = box.exec("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null").stdout
+    return sum(1 for line in text.splitlines() if line.strip() == f"sleep {marker}")
+
+
+def test_a_client_killed_with_sigkill_has_its_command_stopped_inside_and_recorded(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 6001"), env=rt,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    assert _sleepers(box, "6001") == 1
+    proc.kill()
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    poll(lambda: [r.get("error") for r in execs(home, box.name)] == ["interrupted by SIGHUP"],
+         "the command recorded as interrupted")
+    [record] = execs(home, box.name)
+    assert record["killed"] is True and not record.get("unfinished"), record
+    assert _sleepers(box, "6001") == 0
+
+
+def test_a_killed_worker_is_reported_in_one_line_and_the_next_calls_work(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 600"), env=rt,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    [worker] = warm_kit.owners(journal(box))
+    assert worker != proc.pid
+    os.kill(worker, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 125 and err.count(b"\n") == 1 and b"worker" in err, err
+    assert ok(home, "exec", box.name, "--", "echo next").stdout == "next\n"  # (in-process)
+    again = subprocess.run(cli(home, "exec", box.name, "--", "echo warm"), env=rt, capture_output=True,
+                           timeout=60, check=False)
+    assert (again.returncode, again.stdout) == (0, b"warm\n"), again
+    assert warm_kit.server_pid(rt) == server  # the server lived on
+
+
+def call(argv: list[str], env: dict[str, str], stdin: bytes = b"") -> tuple[int, bytes, bytes, int]:
+    """Run a CLI to its end: exit code, stdout, stderr and its pid."""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(stdin, timeout=120)
+    return proc.returncode, out, err, proc.pid
+
+
+def test_a_killed_server_costs_one_in_process_call_then_a_new_server_serves(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    os.kill(server, signal.SIGKILL)
+    warm_kit.wait_gone(server)
+    argv = cli(home, "exec", box.name, "--", "echo hi")
+    code, out, err, pid = call(argv, rt)
+    assert (code, out, err) == (0, b"hi\n", b"")
+    assert warm_kit.owners(journal(box)) == [pid]  # in-process, and it started a new server
+    successor = warm_kit.wait_for_server(rt)
+    assert successor != server
+    code, out, err, pid = call(argv, rt)
+    assert (code, out, err) == (0, b"hi\n", b"")
+    assert warm_kit.owners(journal(box))[-1] != pid
+
+
+def test_a_server_that_never_answers_costs_a_bounded_wait_then_runs_in_process(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    os.kill(server, signal.SIGSTOP)  # it accepts (the kernel queues the connection) and never answers
+    try:
+        code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+        assert (code, out) == (0, b"hi\n")
+        assert warm_kit.owners(journal(box)) == [pid]
+        assert not (warm_kit.runtime_dir(rt) / f"{warm_kit.key(rt)}.sock").exists()  # taken away
+    finally:
+        os.kill(server, signal.SIGCONT)
+    warm_kit.wait_gone(server)  # it finds its socket gone and leaves
+    code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)  # no server: starts one
+    assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] == pid
+    assert warm_kit.wait_for_server(rt) != server
+
+
+def test_a_changed_package_file_makes_the_server_step_aside_for_a_new_one(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    import hermes_sandboxes.cli.text as module
+
+    source = Path(module.__file__)
+    before = source.stat()
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    try:
+        code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+        assert (code, out) == (0, b"hi\n")
+        assert warm_kit.owners(journal(box)) == [pid]  # it ran in-process
+        warm_kit.wait_gone(server)
+        successor = warm_kit.wait_for_server(rt)
+        code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+        assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] != pid
+        assert warm_kit.server_pid(rt) == successor
+    finally:
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+# -- who it serves, how many there are ---------------------------------------------------------------
+
+
+REQUEST_AS_ANOTHER_USER = """
+import socket, sys
+sock = socket.socket(socket.AF_UNIX)
+try:
+    sock.connect(sys.argv[1])
+except OSError as exc:
+    print("refused", type(exc).__name__)
+    sys.exit()
+try:
+    sock.sendall(b"\\0\\0\\0\\1N")  # a request (of nothing): the worker would answer "fallback"
+    print("answer", sock.recv(64) or "none")
+except (ConnectionResetError, BrokenPipeError):  # closed on us, our request unread
+    print("answer none")
+"""
+
+
+@pytest.fixture
+def rt_in_tmp() -> Iterator[dict[str, str]]:
+    """A runtime directory right under /tmp (whose path another user can walk to)."""
+    base = Path(tempfile.mkdtemp(prefix="hwarm-", dir="/tmp"))
+    try:
+        yield {**os.environ, "XDG_RUNTIME_DIR": str(base), "HERMES_SANDBOXES_WARM_IDLE_S": "60"}
+    finally:
+        warm_kit.stop_all(base / "hermes-sandboxes")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_another_user_is_not_served(home: Path, box: LocalSandbox, rt_in_tmp: dict[str, str]) -> None:
+    rt = rt_in_tmp
+    warm_kit.start(rt)
+    where = warm_kit.runtime_dir(rt)
+    path = where / f"{warm_kit.key(rt)}.sock"
+    assert where.stat().st_mode & 0o777 == 0o700 and where.parent.stat().st_mode & 0o077 == 0
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+              REQUEST_AS_ANOTHER_USER, str(path)]
+    done = subprocess.run(nobody, env=rt, capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.startswith("refused PermissionError"), done  # the directory is ours alone
+    # with the doors opened, the server itself checks who calls (SO_PEERCRED) and says nothing
+    where.parent.chmod(0o711)
+    where.chmod(0o711)
+    path.chmod(0o777)
+    try:
+        done = subprocess.run(nobody, env=rt, capture_output=True, text=True, timeout=60, check=False)
+        assert done.stdout.strip() == "answer none", done
+        # and our own client no longer trusts the directory: in-process, no request
+        code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+        assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box)) == [pid]
+    finally:
+        where.chmod(0o700)
+        where.parent.chmod(0o700)
+
+
+def test_clients_racing_to_start_a_server_leave_one(rt: dict[str, str]) -> None:
+    starter = [sys.executable, "-c",
+               "from hermes_sandboxes.cli import warm; warm.start_server(warm.key_of(warm.stamp()))"]
+    procs = [subprocess.Popen(starter, env=rt) for _ in range(4)]
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0
+    server = warm_kit.wait_for_server(rt)
+    deadline = time.monotonic() + 30
+    while True:  # the losers wait for the lock a little, then leave
+        servers = warm_kit.servers_started_with(rt)
+        if servers == [server] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert servers == [server]
+
+
+def test_concurrent_calls_are_served_by_their_own_workers(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    warm_kit.start(rt)
+    procs = [subprocess.Popen(cli(home, "exec", box.name, "--", f"sleep 0.3; echo {i}"), env=rt,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    expected = [(0, f"{i}\n".encode()) for i in range(4)]
+    assert [(p.returncode, o) for p, (o, _) in zip(procs, outs, strict=True)] == expected
+    owners = warm_kit.owners(journal(box))
+    assert len(set(owners)) == 4 and not set(owners) & {p.pid for p in procs}, owners
+
+
+def test_an_idle_server_exits_and_removes_its_socket(rt: dict[str, str]) -> None:
+    env = {**rt, "HERMES_SANDBOXES_WARM_IDLE_S": "0.5"}
+    server = warm_kit.start(env)
+    warm_kit.wait_gone(server)
+    assert not list(warm_kit.runtime_dir(env).glob("*.sock")) and not list(warm_kit.runtime_dir(env).glob("*.pid"))
+
+
+def test_warm_off_runs_in_process_and_starts_no_server(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    off = {**rt, **warm_kit.WARM_OFF}
+    code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), off)
+    assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box)) == [pid]
+    assert not warm_kit.runtime_dir(rt).exists()
+    warm_kit.start(rt)
+    code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), off)
+    assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] == pid
+
+
+def test_the_worker_takes_on_the_clients_environment_directory_umask_and_ignored_signals(
+        home: Path, box: LocalSandbox, rt: dict[str, str], tmp_path: Path) -> None:
+    warm_kit.start(rt)
+    state = tmp_path / "other-state"
+    env = {**rt, "HERMES_SANDBOXES_STATE": str(state)}  # where this call's records go
+    # (the first call in a new state validates the settings in-process and caches them)
+    assert call(cli(home, "exec", box.name, "--", "true"), env)[0] == 0
+    shell = f"umask 027; trap '' USR1; exec {shlex.join(cli(home, 'exec', box.name, '--', 'echo started; read x'))}"
+    proc = subprocess.Popen(["sh", "-c", shell], env=env, cwd=tmp_path, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == b"started\n"
+        [_, worker] = warm_kit.owners(HostState(state).journal_path(box.backend.key, box.name))
+        assert worker != proc.pid
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{worker}/status").read_text().splitlines())
+        assert status["Umask"] == "0027", status
+        assert int(status["SigIgn"], 16) & (1 << (signal.SIGUSR1 - 1))
+        assert os.readlink(f"/proc/{worker}/cwd") == str(tmp_path)
+    finally:
+        proc.communicate(b"x\n", timeout=60)
+    assert proc.returncode == 0
+    assert not journal(box).exists() or warm_kit.owners(journal(box)) == []  # not in the session's state
+
+
+# -- what the client costs ------------------------------------------------------------------------------
+
+# What the warm client must never import: each would cost a warm call start-up for nothing
+_NOT_IN_THE_CLIENT = {"json", "pathlib", "threading", "signal", "enum", "re", "collections", "typing",
+                      "hermes_sandboxes.cli.fast", "hermes_sandboxes.recorder", "click"}
+
+
+def test_a_warm_call_imports_only_the_client(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    script = "import sys; from hermes_sandboxes.cli import main; main()"
+    argv = [sys.executable, "-X", "importtime", "-c", script, "--home", str(home), "exec", box.name, "--", "true"]
+    first = subprocess.run(argv, env=rt, capture_output=True, timeout=60, check=False)  # starts its server
+    assert first.returncode == 0, first
+    poll(lambda: warm_kit.answers({**rt}) or _any_socket(rt), "a server for -X importtime")
+    deadline = time.monotonic() + 60
+    while True:
+        done = subprocess.run(argv, env=rt, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+        modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
+                   if line.startswith("import time:")}
+        if "hermes_sandboxes.cli.fast" not in modules or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert done.returncode == 0, done
+    assert "hermes_sandboxes.cli.warm" in modules and not _NOT_IN_THE_CLIENT & modules, sorted(modules)
+
+
+def _any_socket(env: dict[str, str]) -> bool:
+    return len(list(warm_kit.runtime_dir(env).glob("*.sock"))) >= 1

@@ -1,0 +1,124 @@
+"""What the tests of the warm exec path share: starting this run's server, finding it, stopping it.
+
+The session (conftest.py) points ``XDG_RUNTIME_DIR`` at a throw-away directory, so every CLI a test
+starts talks to servers of this run only, and stops them at the end by the pids they recorded,
+after checking that each pid is one of our servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hermes_sandboxes.cli import warm
+
+WARM_OFF = {warm.SWITCH: "0"}
+_SERVER_MARK = b"hermes_sandboxes.cli.warmserver"
+
+
+def runtime_dir(env: dict[str, str] | None = None) -> Path:
+    return Path((env or os.environ)["XDG_RUNTIME_DIR"]) / "hermes-sandboxes"
+
+
+def key(env: dict[str, str] | None = None) -> str:
+    """The key of the server a ``python -m hermes_sandboxes.cli`` with ``env`` talks to."""
+    done = subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli import warm; "
+                           "print(warm.key_of(warm.stamp()))"], env=env, capture_output=True, text=True,
+                          check=True, timeout=60)
+    return done.stdout.strip()
+
+
+def server_pid(env: dict[str, str] | None = None) -> int | None:
+    """The live server's pid for ``env``, if one runs."""
+    pidfile = runtime_dir(env) / f"{key(env)}.pid"
+    try:
+        pid = int(pidfile.read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if is_server(pid) else None
+
+
+def is_server(pid: int) -> bool:
+    try:
+        return _SERVER_MARK in Path(f"/proc/{pid}/cmdline").read_bytes() and not _zombie(pid)
+    except OSError:
+        return False
+
+
+def _zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rindex(b")") + 2:].startswith(b"Z")
+
+
+def answers(env: dict[str, str] | None = None) -> bool:
+    path = runtime_dir(env) / f"{key(env)}.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def start(env: dict[str, str] | None = None, timeout: float = 60) -> int:
+    """Start the server for ``env`` (as a client that finds none does) and wait until it listens."""
+    subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli import warm; "
+                    "warm.start_server(warm.key_of(warm.stamp()))"], env=env, check=True, timeout=60)
+    return wait_for_server(env, timeout)
+
+
+def wait_for_server(env: dict[str, str] | None = None, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while (pid := server_pid(env)) is None:
+        assert time.monotonic() < deadline, f"no warm exec server came up in {runtime_dir(env)}"
+        time.sleep(0.02)
+    return pid
+
+
+def wait_gone(pid: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while is_server(pid):
+        assert time.monotonic() < deadline, f"server {pid} still runs"
+        time.sleep(0.02)
+
+
+def stop_all(where: Path) -> None:
+    """Stop every server that recorded its pid in ``where`` (ours only: checked by command line)."""
+    for pidfile in where.glob("*.pid"):
+        try:
+            pid = int(pidfile.read_text())
+        except (OSError, ValueError):
+            continue
+        if is_server(pid):
+            os.kill(pid, signal.SIGTERM)
+            try:
+                wait_gone(pid, timeout=10)
+            except AssertionError:
+                os.kill(pid, signal.SIGKILL)
+
+
+def servers_started_with(env: dict[str, str]) -> list[int]:
+    """The live servers whose environment names ``env``'s runtime directory."""
+    mark = f"XDG_RUNTIME_DIR={env['XDG_RUNTIME_DIR']}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not is_server(int(entry.name)):
+            continue
+        try:
+            if mark in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def owners(journal: Path) -> list[int]:
+    """The pids that recorded each exec of a journal (the worker's, on the warm path)."""
+    records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    return [r["owner"]["pid"] for r in records if r.get("type") == "exec_start"]
