@@ -56,9 +56,22 @@ def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     assert out.exists(), proc.stderr
     report = json.loads(out.read_text())
-    assert report["results"]["ratio"] > 0 and report["results"]["cli_exec_true"]["runs"] == 3
-    assert "| CLI `exec NAME -- true`" in proc.stdout
+    results = report["results"]
+    assert results["ratio_warm"] > 0 and results["ratio_in_process"] > 0, results
+    assert results["cli_exec_true_warm"]["runs"] == 3 and results["cli_exec_true_in_process"]["runs"] == 3
+    assert results["cli_exec_true_first_starting_the_server"]["runs"] >= 1
+    assert results["server_memory"]["rss_kib"] > 0 and results["server_pid_answer"]["median_ms"] > 0
+    assert "| CLI `exec NAME -- true`, warm server" in proc.stdout
     assert not list(Path("/tmp").glob("hsb-cli-*")), "the benchmark left its store behind"
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline")
+                if _reads(p).find(b"warmserver") >= 0 and str(tmp_path).encode() in _reads(p.parent / "environ")]
+
+
+def _reads(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def test_the_record_benchmark_runs_and_writes_the_overhead_of_recording(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ kills and counts only its own servers; the rest use the session's (conftest.py).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -387,3 +388,42 @@ def test_a_warm_call_imports_only_the_client(home: Path, box: LocalSandbox, rt: 
 
 def _any_socket(env: dict[str, str]) -> bool:
     return len(list(warm_kit.runtime_dir(env).glob("*.sock"))) >= 1
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["in-process", "warm"])
+def test_a_command_that_leaves_an_open_stdin_unread_exits_cleanly(
+        home: Path, box: LocalSandbox, rt: dict[str, str], warm: bool) -> None:
+    # (in-process, the interpreter used to abort at exit, 134, over the stdin reader's lock)
+    env = rt if warm else {**rt, **warm_kit.WARM_OFF}
+    if warm:
+        warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "true"), env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()  # while our end of its stdin stays open
+    finally:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+    assert (warm_kit.owners(journal(box)) == [proc.pid]) is not warm
+
+
+def test_a_worker_starts_a_stopped_sandbox_whose_init_outlives_it_as_it_outlives_the_cli(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    ok(home, "config")  # the full CLI validates the settings and caches them for the fast path
+    box.stop()
+    init_state = box.backend.layout.run_dir(box.name) / "init.json"
+    assert not init_state.exists()
+    code, _, _, pid = call(cli(home, "exec", box.name, "--", "echo $$"), rt)
+    assert code == 0 and warm_kit.owners(journal(box))[-1] != pid  # the worker started the init
+    init = json.loads(init_state.read_text())["pid"]
+    # the worker is gone, its init lives on, neither a child nor a zombie of the server
+    assert Path(f"/proc/{init}").exists() and not warm_kit.zombies_of(server)
+    ppid = int(Path(f"/proc/{init}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+    assert ppid != server
+    code, out2, _, _ = call(cli(home, "exec", box.name, "--", "echo again"), rt)
+    assert (code, out2) == (0, b"again\n")
+    assert json.loads(init_state.read_text())["pid"] == init  # the same init served the next call

@@ -118,6 +118,19 @@ def servers_started_with(env: dict[str, str]) -> list[int]:
     return found
 
 
+def zombies_of(pid: int) -> list[int]:
+    """The children of ``pid`` that ended and were not reaped."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z" and int(fields[1]) == pid:
+            found.append(int(entry.parent.name))
+    return found
+
+
 def owners(journal: Path) -> list[int]:
     """The pids that recorded each exec of a journal (the worker's, on the warm path)."""
     records = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]

@@ -61,7 +61,11 @@ def stdin_for(interactive: bool) -> Stdin:
     except ValueError:
         return None
     binary: BinaryIO | None = getattr(stream, "buffer", None)
-    return binary
+    # the unbuffered file under it: a buffered reader holds its lock while a read blocks, and the
+    # interpreter, closing stdin at exit, then aborts (exit 134) if the command never read its
+    # stdin (`sleep 3 | exec box -- true`); nothing read stdin before, so no byte is left behind
+    raw: BinaryIO | None = getattr(binary, "raw", binary)
+    return raw
 
 
 class Passthrough:
