@@ -10,7 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import warm_kit
+
+try:
+    import warm_kit
+except ImportError:  # imported as tests.conftest (the fakes' and benchmarks' helpers do)
+    from tests import warm_kit
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.backends.local.store import BtrfsStore

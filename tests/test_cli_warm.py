@@ -45,7 +45,7 @@ def rt(tmp_path: Path) -> Iterator[dict[str, str]]:
         warm_kit.stop_all(where / "hermes-sandboxes")
 
 
-def cli(home: Path, *args: str) -> list[str]:
+def cli(home: Path, *args: str | bytes) -> list[str | bytes]:
     return [*CLI, "--home", str(home), *args]
 
 
@@ -70,8 +70,9 @@ def poll(predicate: Any, what: str, timeout: float = 60) -> None:
 
 # -- the same as in-process ------------------------------------------------------------------------
 
-CORPUS: list[tuple[str, list[str], bytes | None]] = [
+CORPUS: list[tuple[str, list[str | bytes], bytes | None]] = [
     ("bytes and codes", ["--", "printf 'caf\\xe9\\n'; printf 'e\\xff\\n' >&2; exit 3"], None),
+    ("bytes in the command line", ["--", b"echo caf\xe9 \xff"], None),
     ("stdin with its end", ["--", "cat; echo end"], b"one\n\xfe\xff two\n"),
     ("env and cwd options", ["-e", "A=1", "-w", "/tmp", "--", "echo $A; pwd"], None),
     ("a bad option", ["--timeout", "0", "--", "true"], None),
@@ -82,7 +83,8 @@ CORPUS: list[tuple[str, list[str], bytes | None]] = [
 
 @pytest.mark.parametrize(("case", "args", "stdin"), CORPUS, ids=[c[0] for c in CORPUS])
 def test_warm_and_in_process_give_the_same_bytes_codes_and_records(
-        home: Path, box: LocalSandbox, rt: dict[str, str], case: str, args: list[str], stdin: bytes | None) -> None:
+        home: Path, box: LocalSandbox, rt: dict[str, str], case: str, args: list[str | bytes],
+        stdin: bytes | None) -> None:
     warm_kit.start(rt)
     name = "no-such-box" if args[0] == "@missing" else box.name
     argv = cli(home, "exec", name, *(args[1:] if args[0] == "@missing" else args))
@@ -115,6 +117,23 @@ def test_the_exec_of_a_running_command_is_recorded_by_the_worker_as_running(
     assert proc.returncode == 0
     [ended] = execs(home, box.name)
     assert ended["exit_code"] == 0 and not ended.get("unfinished"), ended
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["in-process", "warm"])
+def test_a_reader_that_goes_away_ends_the_call_with_141_either_way(
+        home: Path, box: LocalSandbox, rt: dict[str, str], warm: bool) -> None:
+    env = rt if warm else {**rt, **warm_kit.WARM_OFF}
+    if warm:
+        warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "yes"), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"y\n"
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (141, b"")
+    [record] = execs(home, box.name)
+    assert record["killed"] is True and "broken pipe" in record["error"], record
+    assert (warm_kit.owners(journal(box)) == [proc.pid]) is not warm
 
 
 # -- signals and deaths ----------------------------------------------------------------------------------
@@ -176,7 +195,7 @@ def test_a_killed_worker_is_reported_in_one_line_and_the_next_calls_work(
     assert warm_kit.server_pid(rt) == server  # the server lived on
 
 
-def call(argv: list[str], env: dict[str, str], stdin: bytes = b"") -> tuple[int, bytes, bytes, int]:
+def call(argv: list[str | bytes], env: dict[str, str], stdin: bytes = b"") -> tuple[int, bytes, bytes, int]:
     """Run a CLI to its end: exit code, stdout, stderr and its pid."""
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(stdin, timeout=120)
