@@ -30,6 +30,13 @@ from hermes_sandboxes.state import HostState
 home, box = cli_kit.home, cli_kit.box
 
 
+@pytest.fixture(autouse=True)
+def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLIs killed here run in-process (what a kill -9 leaves of a warm call, whose worker
+    lives on and stops the command itself, is in test_cli_warm.py; the exec sweep runs both)."""
+    monkeypatch.setenv(warm_kit.SWITCH, "0")
+
+
 def cli(home: Path, *args: str) -> list[str]:
     return [*CLI, "--home", str(home), *args]
 
@@ -68,7 +75,7 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(
         home: Path, box: LocalSandbox, warm: bool) -> None:
     """In-process, a command whose CLI was killed is recorded as lost (gc settles it); served warm,
     its worker sees the client go and stops and records it (interrupted), so nothing is lost."""
-    env = {**os.environ} if warm else {**os.environ, **warm_kit.WARM_OFF}
+    env = {k: v for k, v in os.environ.items() if k != warm_kit.SWITCH} if warm else {**os.environ}
     if warm:
         warm_kit.start(env)
     full = took(cli(home, "exec", box.name, "--", "true"), env)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from hermes_sandboxes.cli import warm
 
-WARM_OFF = {warm.SWITCH: "0"}
+SWITCH = warm.SWITCH
+WARM_OFF = {SWITCH: "0"}
 _SERVER_MARK = b"hermes_sandboxes.cli.warmserver"
 
 
