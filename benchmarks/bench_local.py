@@ -172,8 +172,9 @@ def bench_quota(plain_backend: LocalBackend, limited_backend: LocalBackend, labe
     quotas on) interleaved with those of a sandbox without one (in a store where quotas were never
     on), the same layer in both: each operation runs on one and then the other, the order
     alternating, so both see the same machine load and the same background work of the stores.
-    Many samples: the difference sought (~1 ms) is smaller than a loaded machine's noise. Each
-    checkpoint taken is deleted again (untimed), so both keep the same few."""
+    Many samples: the difference sought (~1 ms) is smaller than a loaded machine's noise. The
+    checkpoints are deleted, and btrfs has dropped them, before the restores are measured: a
+    subvolume being dropped in the background slows what runs meanwhile, unevenly between stores."""
     spec = SandboxSpec(limits=Limits(disk_bytes=size * 4 + (256 << 20)))
     sandboxes = {"plain": plain_backend.create(f"bench-noquota-{label.lower()}"),
                  "limited": limited_backend.create(f"bench-quota-{label.lower()}", spec)}
@@ -183,36 +184,53 @@ def bench_quota(plain_backend: LocalBackend, limited_backend: LocalBackend, labe
         for sb in sandboxes.values():
             sb.checkpoint("right after the write")  # pays for the flush, in both stores
         load_before = os.getloadavg()[0]
-        samples: dict[str, dict[str, list[float]]] = {
-            kind: {"checkpoint": [], "restore": [], "exec": []} for kind in sandboxes}
         targets = {kind: sb.checkpoint("restored to").id for kind, sb in sandboxes.items()}
-        for i in range(rounds):
-            order = list(sandboxes.items())[:: 1 if i % 2 == 0 else -1]
-            for kind, sb in order:
-                started = time.perf_counter()
-                taken = sb.checkpoint("bench")
-                samples[kind]["checkpoint"].append(time.perf_counter() - started)
-                sb.delete_checkpoint(taken.id)
-            for kind, sb in order:
-                samples[kind]["restore"].append(timed(lambda sb=sb, kind=kind: sb.restore(targets[kind])))  # type: ignore[misc]
-                samples[kind]["exec"].append(timed(lambda sb=sb: sb.exec(["true"])))  # type: ignore[misc]
-        result: dict[str, Any] = {}
-        for kind, prefix in (("limited", ""), ("plain", "no_limit_")):
-            result[f"{prefix}checkpoint_p50_ms"] = median_ms(samples[kind]["checkpoint"])
-            result[f"{prefix}restore_incl_restart_p50_ms"] = median_ms(samples[kind]["restore"])
-            result[f"{prefix}first_exec_after_restore_p50_ms"] = median_ms(samples[kind]["exec"])
-        result["checkpoint_p50_ratio"] = round(result["checkpoint_p50_ms"] / result["no_limit_checkpoint_p50_ms"], 2)
-        result["restore_p50_ratio"] = round(result["restore_incl_restart_p50_ms"]
-                                            / result["no_limit_restore_incl_restart_p50_ms"], 2)
-        # the median of each round's own ratio: the load drifts over a run, a round shares it
-        result["restore_paired_ratio_p50"] = round(statistics.median(
-            a / b for a, b in zip(samples["limited"]["restore"], samples["plain"]["restore"], strict=True)), 2)
-        result["samples"] = len(samples["limited"]["restore"])
-        result["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-        return result
+        taken: list[tuple[LocalSandbox, str]] = []
+        checkpoints = interleaved(sandboxes, max(5, rounds // 4),
+                                  lambda kind, sb: taken.append((sb, sb.checkpoint("bench").id)))
+        for sb, checkpoint_id in taken:
+            sb.delete_checkpoint(checkpoint_id)
+        for backend in (plain_backend, limited_backend):  # a sync commits and wakes btrfs's cleaner
+            for command in (["filesystem", "sync"], ["subvolume", "sync"]):
+                subprocess.run(["btrfs", *command, str(backend.home / "mnt")], check=True, capture_output=True)
+        execs: dict[str, list[float]] = {kind: [] for kind in sandboxes}
+        restores = interleaved(sandboxes, rounds, lambda kind, sb: sb.restore(targets[kind]),
+                               after=lambda kind, sb: execs[kind].append(timed(lambda: sb.exec(["true"]))))
+        return quota_summary(checkpoints, restores, execs, load_before)
     finally:
         for sb in sandboxes.values():
             sb.destroy()
+
+
+def interleaved(sandboxes: dict[str, LocalSandbox], rounds: int, operation: Callable[[str, LocalSandbox], object],
+                after: Callable[[str, LocalSandbox], object] | None = None) -> dict[str, list[float]]:
+    """Times ``operation`` on each sandbox in turn, ``rounds`` times, the order alternating;
+    ``after`` runs (untimed here) after each one."""
+    samples: dict[str, list[float]] = {kind: [] for kind in sandboxes}
+    for i in range(rounds):
+        for kind, sb in list(sandboxes.items())[:: 1 if i % 2 == 0 else -1]:
+            samples[kind].append(timed(lambda kind=kind, sb=sb: operation(kind, sb)))  # type: ignore[misc]
+            if after is not None:
+                after(kind, sb)
+    return samples
+
+
+def quota_summary(checkpoints: dict[str, list[float]], restores: dict[str, list[float]],
+                  execs: dict[str, list[float]], load_before: float) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for kind, prefix in (("limited", ""), ("plain", "no_limit_")):
+        result[f"{prefix}checkpoint_p50_ms"] = median_ms(checkpoints[kind])
+        result[f"{prefix}restore_incl_restart_p50_ms"] = median_ms(restores[kind])
+        result[f"{prefix}first_exec_after_restore_p50_ms"] = median_ms(execs[kind])
+    result["checkpoint_p50_ratio"] = round(result["checkpoint_p50_ms"] / result["no_limit_checkpoint_p50_ms"], 2)
+    result["restore_p50_ratio"] = round(result["restore_incl_restart_p50_ms"]
+                                        / result["no_limit_restore_incl_restart_p50_ms"], 2)
+    # the median of each round's own ratio: the load drifts over a run, a round shares it
+    result["restore_paired_ratio_p50"] = round(statistics.median(
+        a / b for a, b in zip(restores["limited"], restores["plain"], strict=True)), 2)
+    result["samples"] = {"checkpoint": len(checkpoints["limited"]), "restore": len(restores["limited"])}
+    result["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return result
 
 
 def bench_create(backend: LocalBackend, n: int) -> dict[str, Any]:
