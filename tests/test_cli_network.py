@@ -4,7 +4,10 @@ restart, and recorded in the sandbox's log and the audit log."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +83,49 @@ def test_bad_changes_are_one_line_errors_that_change_nothing(home: Path, proxied
     assert as_json(home, "network", "show", name)["allow"] == ["@pypi"]
     assert ok(home, "network", "show", box.name).stdout.strip() == f"{box.name}: network none (no allow-list: " \
                                                                     "nothing is reachable)"
+
+
+# Imports the CLI (or the Python API), says so, waits for the go file, then changes the list: every
+# racer starts its read-modify-write at the same moment instead of one interpreter start-up apart.
+_RACER = """
+import os, sys, time
+from hermes_sandboxes.cli import main
+from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.state import HostState
+print("ready", flush=True)
+go, face, home, name, host = sys.argv[1:]
+while not os.path.exists(go):
+    time.sleep(0.002)
+if face == "cli":
+    sys.argv = ["hermes-sandboxes", "--home", home, "network", "allow", name, host]
+    main()
+else:
+    HostState().recorded(LocalBackend(home).get(name)).change_allow(add=[host])
+"""
+
+
+def test_simultaneous_allows_of_distinct_hosts_all_land(home: Path, proxied: LocalSandbox, tmp_path: Path) -> None:
+    """Twelve processes add one host each at the same moment, through the CLI and the Python API:
+    the allow-list lock makes every read-modify-write see the one before it."""
+    hosts = [f"h{i}.example.com" for i in range(12)]
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(go), "api" if i % 3 == 0 else "cli", str(home),
+                                proxied.name, host], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for i, host in enumerate(hosts)]
+    try:
+        for p in racers:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n", p.communicate()
+        go.touch()
+        ended = [(p.wait(timeout=120), *p.communicate()) for p in racers]
+    finally:
+        for p in racers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(code == 0 for code, _, _ in ended), ended
+    assert set(as_json(home, "network", "show", proxied.name)["allow"]) == {"@pypi", *hosts}
+    changes = Journal(HostState().audit_path(proxied.backend.key)).records_of(AllowRecord, sandbox=proxied.name)
+    assert len(changes) == len(hosts)
+    # each change started from the list the one before it left: none was made from a stale read
+    for before, after in itertools.pairwise(changes):
+        assert after.previous == before.allow, (before, after)

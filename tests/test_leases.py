@@ -174,3 +174,36 @@ def test_removing_the_lock_file_never_lets_two_processes_be_the_writer(tmp_path:
     assert all(p.returncode == 0 for p in procs), outcomes
     assert sum(int(out) for out, _ in outcomes) > 0  # they did take turns
     assert sorted(p.name for p in leases.iterdir()) == []
+
+
+_HOLDER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from hermes_sandboxes.leases import exclusive
+    with exclusive(Path(sys.argv[1]), what="holding"):
+        print("held", flush=True)
+        sys.stdin.readline()
+""")
+
+
+def test_an_exclusive_lock_waits_for_its_holder_and_names_what_it_guards(tmp_path: Path) -> None:
+    from hermes_sandboxes.errors import SandboxError
+    from hermes_sandboxes.leases import exclusive
+
+    path = tmp_path / "locks" / "box.allow.lock"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n", holder.communicate()
+        with pytest.raises(SandboxError, match="changing box: another process has held the lock"), \
+                exclusive(path, what="changing box", timeout=0.2):
+            pytest.fail("entered a lock another process holds")
+        holder.communicate("go\n", timeout=60)
+        entered = False
+        with exclusive(path, what="changing box", timeout=30):
+            entered = True
+        assert entered
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

@@ -596,21 +596,35 @@ class RecordedSandbox:
         """The egress allow-list replaced by ``replace``, or the current one with ``add`` and without
         ``remove`` (``policy.edited``), set and recorded as ``set_allow`` does; returns the new list.
         Unsupported where the backend has no allow-list, InvalidInput for a sandbox whose network is
-        not "proxy" (chosen at creation) or an entry to remove that the list does not hold."""
+        not "proxy" (chosen at creation) or an entry to remove that the list does not hold.
+
+        The read, the change and the record happen under the sandbox's allow-list lock
+        (``allow_lock``), which every face takes (CLI, Hermes command, this API): two changes made
+        at once on this host both land, one after the other."""
         from hermes_sandboxes.egress.policy import edited  # only when a list changes
 
         backend = self._inner.backend
         if Capability.EGRESS_ALLOWLIST not in backend.capabilities:
             raise Unsupported(f"the {backend.name} backend has no egress allow-list to change (network 'proxy')")
-        spec = self._inner.info().spec
-        if spec.network != "proxy":
-            raise InvalidInput(f"sandbox {self.name} has network {spec.network!r}; an allow-list only applies to "
-                               "network 'proxy', which is chosen when a sandbox is created")
-        try:
-            entries = list(replace) if replace is not None else edited(spec.allow, add=add, remove=remove)
-        except InvalidInput as exc:
-            raise InvalidInput(f"sandbox {self.name}: {exc}") from None
-        return self.set_allow(entries, previous=spec.allow)
+        with self.allow_lock():
+            spec = self._inner.info().spec
+            if spec.network != "proxy":
+                raise InvalidInput(f"sandbox {self.name} has network {spec.network!r}; an allow-list only applies "
+                                   "to network 'proxy', which is chosen when a sandbox is created")
+            try:
+                entries = list(replace) if replace is not None else edited(spec.allow, add=add, remove=remove)
+            except InvalidInput as exc:
+                raise InvalidInput(f"sandbox {self.name}: {exc}") from None
+            return self.set_allow(entries, previous=spec.allow)
+
+    def allow_lock(self) -> contextlib.AbstractContextManager[None]:
+        """The cross-process lock of this sandbox's egress allow-list (a file beside its journal):
+        hold it around any read-modify-write of the list."""
+        from hermes_sandboxes.leases import exclusive
+
+        path = self._journal.path
+        return exclusive(path.with_name(path.name + ".allow.lock"),
+                         what=f"changing the allow-list of sandbox {self.name}")
 
     # -- restore, delete, destroy ---------------------------------------------------------------
 

@@ -5,8 +5,9 @@ contract (``Sandbox.set_allow``), running or not: the proxy applies the new list
 connection, without a restart, and the change goes to the sandbox's journal and the audit log
 (``log`` shows it). A backend without ``Capability.EGRESS_ALLOWLIST`` refuses in one line.
 
-Two calls that change the same list at once may lose one of the changes (each reads the list,
-then writes it whole); ``network show`` says what holds.
+Each change reads, edits and writes the list under the sandbox's allow-list lock
+(``RecordedSandbox.allow_lock``, also taken by ``hermes sandbox network`` and the Python API), so
+changes made at once on this host all land, one after the other.
 """
 
 from __future__ import annotations

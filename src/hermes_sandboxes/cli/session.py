@@ -258,8 +258,10 @@ class Session:
             # an ephemeral sandbox's own journal dies with it (else every `run` leaves a file
             # behind); its history stays in the audit log
             self.close()
-            with contextlib.suppress(FileNotFoundError):
-                self.recorded.journal.path.unlink()
+            journal = self.recorded.journal.path
+            for path in (journal, journal.with_name(journal.name + ".allow.lock")):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
 
 def _secret_values(env: Mapping[str, str]) -> dict[str, str]:

@@ -231,8 +231,17 @@ class LocalSandbox(Sandbox):
             "freezer": str(groups.freezer),
         }
 
+    def _reload_spec(self) -> None:
+        """The spec as recorded now: another process (the CLI's ``network allow``) may have changed
+        the allow-list since this object read it, and a stale copy must neither be reported nor
+        handed to a proxy that starts."""
+        meta = paths.read_json(self._meta_file)
+        if isinstance(meta, dict) and meta.get("spec"):
+            self.spec = SandboxSpec.from_dict(meta["spec"])
+
     def _start_proxy(self, init_pid: int) -> dict[str, Any]:
         backend = self._backend
+        self._reload_spec()
         return egress.start_proxy(
             sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
             audit=HostState().audit_path(backend.key), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
@@ -336,6 +345,7 @@ class LocalSandbox(Sandbox):
             return SandboxInfo(name=self.name, backend=self._backend.name, ephemeral=False,
                                state=SandboxState.BROKEN, created_at=when, spec=self.spec)
         self._check_exists()
+        self._reload_spec()
         store = self._backend.store
         store.ensure()
         layer = store.layer(self.name)
