@@ -374,8 +374,10 @@ def test_an_allow_list_becomes_e2bs_egress_rules_and_changes_in_place(fake: Fake
         assert create.body["allow_internet_access"] is False  # fail closed should the rules be ignored
         assert sb.info().spec == SandboxSpec(network="proxy", allow=spec.allow)
         assert [i.spec.network for i in backend.list()] == ["proxy"]
+        # having a list is identity, its entries are not: they change in place
         other = backend.settings.model_copy(update={"allow": ("@npm",)})
-        assert sb.scope != scope_digest(backend.profile, "fenced", other, persistent=True)  # the list is identity
+        assert sb.scope == scope_digest(backend.profile, "fenced", other, persistent=True)
+        assert sb.scope != scope_digest(backend.profile, "fenced", backend.settings, persistent=True)
 
         sb.set_allow(["@github", "127.0.0.1:8080"])  # a running sandbox, no restart
         (update,) = fake.calls("PUT", f"/sandboxes/{sb.sandbox_id}/network")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +100,41 @@ def test_the_allow_setting_fences_the_sandbox_with_e2bs_egress_rules(fake: FakeE
     assert create.body["network"] == {"allowOut": ["pypi.org", "files.pythonhosted.org", "*.internal.example"],
                                       "denyOut": ["0.0.0.0/0"]}
     assert create.body["metadata"]["hermes_sandboxes_network"] == "proxy"
+
+
+def test_a_resumed_sandbox_takes_a_changed_allow_setting_but_keeps_a_change_made_from_the_shell(
+        fake: FakeE2B, hermes_home: Path) -> None:
+    """Each session resumes the task's E2B sandbox: an edited allow setting becomes its egress rules,
+    a list changed with ``hermes sandbox network`` is kept and the session is warned once."""
+    from model_tools import handle_function_call
+    from tools.terminal_tool import cleanup_all_environments
+    from tools.terminal_tool_lifecycle import get_active_env
+
+    def session(allow: list[str]) -> str:
+        cleanup_all_environments()  # the previous session ended
+        config = yaml.safe_load((hermes_home / "config.yaml").read_text())
+        config["plugins"]["entries"]["e2b"]["settings"]["allow"] = allow
+        (hermes_home / "config.yaml").write_text(yaml.safe_dump(config))
+        result = json.loads(handle_function_call("terminal", {"command": "echo ran"}, task_id="t-e2b-resume"))
+        assert result["exit_code"] == 0 and result["output"].startswith("ran"), result
+        return str(result["output"])
+
+    def rules() -> list[str]:
+        (sandbox,) = fake.sandboxes()
+        return list(fake.sandbox(sandbox.sandbox_id).network["allowOut"])
+
+    pypi = ["pypi.org", "files.pythonhosted.org"]
+    assert session(["@pypi"]) == "ran" and rules() == pypi
+    name = get_active_env("t-e2b-resume").sandbox_name
+    told = session(["@pypi", "*.internal.example"])
+    assert "the allow setting changed" in told and rules() == [*pypi, "*.internal.example"], told
+
+    hermes = Path(sys.executable).parent / "hermes"
+    done = subprocess.run([str(hermes), "sandbox", "network", "deny", "*.internal.example", "--sandbox", name],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert rules() == pypi
+    kept = session(["@pypi", "*.internal.example"])
+    assert "changed outside this plugin's settings and is kept" in kept and rules() == pypi, kept
+    assert session(["@pypi", "*.internal.example"]) == "ran"  # warned once
+    assert rules() == pypi

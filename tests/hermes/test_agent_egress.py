@@ -9,11 +9,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fakes.model_server import call, say
 
+from hermes_sandboxes.journal import AllowRecord, Journal
+from hermes_sandboxes.state import HostState
 from tests.local import egress_kit
 
 if TYPE_CHECKING:
@@ -70,3 +72,44 @@ def test_hermes_sandbox_network_changes_the_profile_s_sandbox_for_its_next_conne
     assert hermes.run(fetch)["exit_code"] == 22
     assert "no entry example.com" in network("deny", "example.com", code=1)
     assert json.loads(network("show"))["allow"] == ["@pypi"]
+
+
+def test_a_resumed_sandbox_takes_a_changed_allow_setting_but_keeps_a_change_made_from_the_shell(
+        agent_loop: AgentLoop, index_port: int) -> None:
+    """Each ``hermes chat -q`` is a new session resuming the profile's sandbox. An edited setting is
+    applied (the live list is the one the plugin gave it); a list changed from the shell is kept and
+    the session is warned once; once the two agree again, the next edit of the setting applies."""
+    entry = f"127.0.0.1:{index_port}"
+    fetch = f"curl -sS -m 10 -o /dev/null -w '%{{http_code}}' http://{entry}/simple/hsbdemo/"
+
+    def session() -> dict[str, Any]:
+        (result,) = agent_loop.ask([call("terminal", command=fetch), say("done")]).tool_json()
+        return result
+
+    agent_loop.settings.update(network="proxy", allow=["@pypi"])
+    first = session()
+    assert first["output"].startswith("403"), first  # created with the setting's list
+    name = agent_loop.sandbox().name
+
+    agent_loop.settings["allow"] = ["@pypi", entry]
+    edited = session()
+    assert edited["output"].startswith("200"), edited
+    assert "the allow setting changed" in edited["output"] and f"now @pypi {entry}" in edited["output"]
+    changes = Journal(HostState().audit_path(agent_loop.backend.key)).records_of(AllowRecord, sandbox=name)
+    assert [(c.previous, c.allow) for c in changes] == [(("@pypi",), ("@pypi", entry))]
+
+    done = subprocess.run([sys.executable, "-m", "hermes_sandboxes.cli", "--home", str(agent_loop.backend.home),
+                           "network", "deny", name, entry], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = session()
+    assert kept["output"].startswith("403"), kept  # the shell's change holds
+    assert "was changed outside this plugin's settings and is kept" in kept["output"], kept
+    assert f"network set @pypi {entry} --sandbox {name}" in kept["output"]
+    again = session()
+    assert again["output"].startswith("403") and "[sandbox:" not in again["output"], again  # warned once
+    assert agent_loop.sandbox().info().spec.allow == ("@pypi",)
+
+    agent_loop.settings["allow"] = ["@pypi"]  # the setting takes the shell's change on board
+    assert session()["output"] == "403"
+    agent_loop.settings["allow"] = ["@pypi", entry]  # and its next edit applies again
+    assert session()["output"].startswith("200")

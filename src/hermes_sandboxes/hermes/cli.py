@@ -4,9 +4,9 @@ It acts on the active terminal backend when that is one of ours (else on the fir
 this Hermes loaded). ``list`` shows the sandboxes under the install's ``name_prefix``;
 ``checkpoints``, ``diff`` and ``restore`` act on one of them, by default the profile's default sandbox
 (the one the CLI and cron use). ``network`` shows or changes a sandbox's egress allow-list (network
-``proxy``) in place: the ``allow`` setting applies when a sandbox is created, this changes one that
-exists, for its next connection, and the change is recorded. A name outside the prefix is refused,
-like everywhere else in the plugin.
+``proxy``) in place, for its next connection, and the change is recorded; a change made here is
+kept when the plugin resumes the sandbox with another ``allow`` setting (see allowlist.py). A name
+outside the prefix is refused, like everywhere else in the plugin.
 """
 
 from __future__ import annotations

@@ -80,6 +80,8 @@ class EnvironmentOptions:
     reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
     lease: WriterLease | None = None  # remote backends: only the scope's writer syncs state
     recover: bool = False  # remote backends: recovery on resume before the first push (see sync.py)
+    # what the session must be told with its next command's output, once (e.g. allowlist.py's notes)
+    notices: list[str] = field(default_factory=list)
 
 
 class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
@@ -148,9 +150,17 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         finally:
             _CALL.reset(token)
         output = self._redactor.redact(str(result.get("output") or ""))
-        extra = "\n".join(n for n in (self._checkpoint_note(call), call.plan.note(), self._timeout_note(result)) if n)
+        extra = "\n".join(n for n in (self._checkpoint_note(call), call.plan.note(), self._timeout_note(result),
+                                       *self._take_notices()) if n)
         result["output"] = f"{output.rstrip()}\n{extra}".lstrip("\n") if extra else output
         return result
+
+    def _take_notices(self) -> list[str]:
+        """What the provider said the session must hear (once), as notes on this command's output."""
+        notices = self.options.notices
+        taken = [f"[sandbox: {n}]" for n in notices]
+        del notices[:len(taken)]
+        return taken
 
     def _timeout_note(self, result: Mapping[str, Any]) -> str:
         """After a deadline, what may still run: nothing where the backend kills whole trees."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
@@ -38,7 +39,7 @@ from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
 from hermes_sandboxes.secrets import CLOUD_SECRET_KEYS, Redactor
 from hermes_sandboxes.settings import BackendSettings, InvalidSettings
 
-from . import naming
+from . import allowlist, naming
 from .config import load_settings, settings_path
 from .environment import EnvironmentOptions, SandboxEnvironment
 from .runtime import RUNTIME
@@ -243,15 +244,27 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
                 recorded.record_create()
             return recorded
 
-        reopen = None
+        def resume() -> RecordedSandbox:
+            """The persistent sandbox, its allow-list brought in line with the setting where that
+            undoes nobody's change (allowlist.py); what the session must be told goes to notices."""
+            recorded = record(_resume(backend, name, spec))
+            if recorded.inner.created:
+                allowlist.remember_created(recorded, spec)
+            else:
+                note = allowlist.reconcile(recorded, spec)
+                if note:
+                    notices.append(note)
+            return recorded
+
+        reopen: Callable[[], RecordedSandbox] | None = None
+        notices: list[str] = []  # shared with the environment, which tells the session once
         try:
             if persistent:
                 key = naming.task_key_for_scope(task_key, settings.scope)
                 name = naming.require_within_prefix(prefix, self.persistent_name(prefix, profile, key))
-                recorded = record(_resume(backend, name, spec))
+                recorded = resume()
 
-                def reopen() -> RecordedSandbox:
-                    return record(_resume(backend, name, spec))
+                reopen = resume
             else:
                 name = naming.require_within_prefix(prefix, self.ephemeral_name(prefix, profile, task_key))
                 recorded = record(backend.create(name, spec, ephemeral=True))
@@ -262,6 +275,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
             sync_lock=RUNTIME.sync_lock(backend, name), redactor=redactor, reopen=reopen,
             lease=RUNTIME.writer_lease(backend, name) if self.uses_writer_lease else None,
             recover=self.uses_writer_lease,  # the service keeps the sandbox when a host process dies
+            notices=notices,
         )
         try:
             return SandboxEnvironment(recorded, cwd=self.working_directory(cwd, settings, recorded.inner),

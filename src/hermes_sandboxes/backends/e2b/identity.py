@@ -30,11 +30,12 @@ def scope_digest(profile: str, name: str, settings: E2BSettings, *, persistent: 
 
 
 def _network_posture(settings: E2BSettings) -> str:
-    """The existing plugin's "net"/"nonet", or (ours only) the allow-list's own digest: another
-    list is another posture, hence another sandbox."""
+    """The existing plugin's "net"/"nonet", or (ours only) "allow" for an allow-list. The list's
+    entries are not identity: they change in place (``set_allow``; the Hermes plugin applies an
+    edited ``allow`` setting to the sandbox it resumes), as on the other backends."""
     if settings.allow is None:
         return "net" if settings.allow_internet_access else "nonet"
-    return "allow:" + hashlib.sha256("\0".join(sorted(settings.allow)).encode()).hexdigest()[:16]
+    return "allow"
 
 
 def lifecycle(persistent: bool) -> e2b.SandboxLifecycle:

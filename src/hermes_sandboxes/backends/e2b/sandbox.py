@@ -161,7 +161,14 @@ class E2BSandbox(Sandbox):
         if info.spec.network != "proxy":
             return info
         actual = tuple((detail.network or {}).get("allow_out") or ())
-        return dataclasses.replace(info, spec=Posture(False, allow_in_effect(self._recorded_allow(), actual)).spec())
+        recorded = self._recorded_allow()
+        # no entries set since creation: those it was made with (its metadata), as written
+        in_force = allow_in_effect(recorded if recorded is not None else info.spec.allow, actual)
+        if allow_in_effect(self.posture.allow, actual) != self.posture.allow:
+            # opened with another list than E2B enforces (changed by another process): a restore or
+            # fork must carry the list in force
+            self.posture = Posture(False, in_force)
+        return dataclasses.replace(info, spec=Posture(False, in_force).spec())
 
     # the network -----------------------------------------------------------------------------------
     def set_allow(self, allow: Sequence[str]) -> None:
@@ -180,11 +187,12 @@ class E2BSandbox(Sandbox):
         self._save_allow(entries)
 
     def _recorded_allow(self) -> tuple[str, ...] | None:
+        """The entries as last set (None: never set, or unreadable)."""
         try:
             data = json.loads(self.read_file(f"{self.home}/{ALLOW_INDEX}"))
         except (SandboxError, ValueError):
-            return self.posture.allow
-        return tuple(str(e) for e in data) if isinstance(data, list) else self.posture.allow
+            return None
+        return tuple(str(e) for e in data) if isinstance(data, list) else None
 
     def _save_allow(self, entries: Sequence[str]) -> None:
         self.write_file(f"{self.home}/{ALLOW_INDEX}", json.dumps(list(entries)).encode())
