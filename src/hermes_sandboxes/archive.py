@@ -5,8 +5,9 @@ tar whose members point outside the destination, devices, links. Two rules hold 
 the host takes from a sandbox (the teardown pull and recovery on resume):
 
 * **capped mid-transfer**: ``capture`` counts bytes as they arrive and, at the cap (2 GiB unless the
-  caller says otherwise), stops storing them and kills the sandbox command, so an oversized archive
-  never lands on the host's disk in full and the transfer does not run on until it ends by itself;
+  caller says otherwise; the Hermes plugin passes Hermes's ``terminal.sync_back_max_bytes``), stops
+  storing them and kills the sandbox command, so an oversized archive never lands on the host's disk
+  in full and the transfer does not run on until it ends by itself;
 * **filtered member by member**: ``regular_files`` admits only regular files that pass the standard
   library's ``tarfile.data_filter`` (no absolute paths, no ``..``, nothing outside the destination),
   and reports the members it refused instead of failing the whole archive on one of them.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from hermes_sandboxes.backends.local.settings import LocalSettings
 from hermes_sandboxes.errors import InvalidInput
@@ -136,3 +139,20 @@ def test_stream_redaction_catches_a_secret_split_across_chunks() -> None:
         stream.write(chunk)
     stream.flush()
     assert b"".join(out) == b"a [REDACTED:T] b [REDACTED:T]!"
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, 2 * 1024 ** 3), (4096, 4096), ("4096", 4096), (0, 0),
+                                                 ("lots", "not a whole number"), (-1, "is negative"),
+                                                 (1.5, "not a whole number"), (True, "not a whole number")])
+def test_the_archive_cap_follows_hermes_s_sync_back_max_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: object, expected: int | str) -> None:
+    from hermes_sandboxes.hermes.config import sync_back_max_bytes
+
+    terminal = {} if value is None else {"sync_back_max_bytes": value}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"terminal": terminal}))
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path))
+    if isinstance(expected, int):
+        assert sync_back_max_bytes() == expected
+    else:
+        with pytest.raises(InvalidSettings, match=f"terminal.sync_back_max_bytes: .*{expected}"):
+            sync_back_max_bytes()

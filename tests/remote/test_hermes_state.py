@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hermes_sandboxes.hermes.runtime import RUNTIME
 from hermes_sandboxes.recovery import RECOVERED_DIR
@@ -144,3 +145,44 @@ def test_after_a_readers_restore_the_writer_resyncs_only_what_differs(remote: Re
     assert resynced["exit_code"] == 0, resynced
     assert writes(remote) == [f"{'/home/user' if remote.kind == 'e2b' else '/root'}/.hermes/skills/s3/SKILL.md"]
     assert out(run_here('cat "$HOME/.hermes/skills/s3/SKILL.md"')).strip() == "v2 3"
+
+
+def _cap(home: Path, cap: int) -> None:
+    """Hermes's own ``terminal.sync_back_max_bytes`` in the profile's config.yaml."""
+    config = yaml.safe_load((home / "config.yaml").read_text())
+    config["terminal"]["sync_back_max_bytes"] = cap
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_archives_over_hermes_s_sync_back_cap_are_refused_and_nothing_is_written_or_pushed(
+        remote: Remote, home: Path, other: OtherHermes, caplog: pytest.LogCaptureFixture) -> None:
+    _cap(home, 64 * 1024)
+    kept = skill(home, "kept", "host v1\n")
+    assert other.run("true")["exit_code"] == 0  # the writer pushed
+    assert run_here("true")["exit_code"] == 0  # this process reads
+    made = other.run('cd "$HOME/.hermes" && mkdir -p skills/big && head -c 200000 /dev/urandom > skills/big/blob'
+                     ' && echo "sandbox v2" > skills/kept/SKILL.md')
+    assert made["exit_code"] == 0, made
+    other.crash()  # no pull-back: recovery must read the sandbox's tree, over the cap
+    kept.write_text("host v3\n")
+    hermes_kit.clear_requests(remote)
+
+    refused = refused_here("touch /tmp/ran-over-cap")
+    assert "recovery on resume failed" in refused and "more than 65536 bytes" in refused, refused
+    assert "terminal.sync_back_max_bytes" in refused, refused
+    assert writes(remote) == []  # nothing pushed over the sandbox's copy
+    assert not (home / "skills" / "big").exists() and not home.joinpath(*RECOVERED_DIR).exists()
+    assert kept.read_text() == "host v3\n"
+
+    _cap(home, 8 << 20)  # raised: the next command recovers, then pushes
+    assert out(run_here('cat "$HOME/.hermes/skills/kept/SKILL.md"')).strip() == "host v3"
+    assert run_here("ls /tmp/ran-over-cap")["exit_code"] != 0  # the refused command never ran
+    assert (home / "skills" / "big" / "blob").stat().st_size == 200000
+
+    _cap(home, 64 * 1024)
+    assert run_here('echo learned > "$HOME/.hermes/skills/kept/notes.md"')["exit_code"] == 0
+    with caplog.at_level(logging.WARNING):
+        cleanup_here()  # the teardown pull: the tree is over the cap, so nothing of it comes back
+    refusals = [r.getMessage() for r in caplog.records if "pulling ~/.hermes back" in r.getMessage()]
+    assert len(refusals) == 1 and "terminal.sync_back_max_bytes" in refusals[0], caplog.text  # not retried
+    assert not (home / "skills" / "kept" / "notes.md").exists()

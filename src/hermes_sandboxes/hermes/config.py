@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from hermes_sandboxes.archive import MAX_ARCHIVE_BYTES
 from hermes_sandboxes.settings import BackendSettings, InvalidSettings, validate_settings
 
 S = TypeVar("S", bound=BackendSettings)
@@ -27,6 +28,32 @@ _cache_lock = threading.Lock()
 def active_hermes_home() -> Path:
     constants = importlib.import_module("hermes_constants")
     return Path(constants.get_hermes_home())
+
+
+SYNC_BACK_MAX_BYTES_KEY = "terminal.sync_back_max_bytes"
+
+
+def sync_back_max_bytes() -> int:
+    """Hermes's cap on an archive of the sandbox's ``~/.hermes`` (``terminal.sync_back_max_bytes``,
+    2 GiB by default), read from the active profile's config as Hermes reads it: our pull and
+    recovery archives are cut off at the same size, so Hermes never gets one it would refuse. A
+    value that is not a whole number of bytes (0 or more) is InvalidSettings naming the key: a cap
+    the user meant to lower must not silently become 2 GiB."""
+    from hermes_cli.config import load_config
+
+    raw = ((load_config() or {}).get("terminal") or {}).get(SYNC_BACK_MAX_BYTES_KEY.split(".")[1])
+    if raw is None:
+        return MAX_ARCHIVE_BYTES
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str) or (
+            isinstance(raw, float) and not raw.is_integer()):
+        raise InvalidSettings(SYNC_BACK_MAX_BYTES_KEY, f"{raw!r} is not a whole number of bytes")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidSettings(SYNC_BACK_MAX_BYTES_KEY, f"{raw!r} is not a whole number of bytes") from None
+    if value < 0:
+        raise InvalidSettings(SYNC_BACK_MAX_BYTES_KEY, f"{value} is negative")
+    return value
 
 
 def settings_path(plugin_id: str) -> str:

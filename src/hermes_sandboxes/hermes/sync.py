@@ -18,8 +18,11 @@ For sandboxes that outlive a host process (remote backends), three more:
 
 * ``recover()`` runs the core recovery (``hermes_sandboxes.recovery``) before the first push into a
   resumed sandbox, with Hermes's credential files as host-only paths;
-* the archive of the teardown pull is capped while it streams (``hermes_sandboxes.archive``); Hermes
-  extracts it with tarfile's data filter;
+* the archive of the teardown pull, and recovery's, are capped while they stream
+  (``hermes_sandboxes.archive``) at Hermes's own cap, ``terminal.sync_back_max_bytes`` (2 GiB by
+  default): one over it fails closed (nothing written on the host, nothing pushed after a failed
+  recovery) with a message naming the key, and a pull is not tried again (the same tree would be
+  just as big); Hermes extracts what passes with tarfile's data filter;
 * ``learn_remote()`` lists what the sandbox's ``~/.hermes`` already holds (one command, digests), so
   the full push after a resume or a checkpoint restore sends only files that differ: Hermes's manager
   believes it sent everything, and the sandbox does hold everything.
@@ -27,6 +30,7 @@ For sandboxes that outlive a host process (remote backends), three more:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import importlib
@@ -35,13 +39,16 @@ import os
 import shlex
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes import archive, recovery
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound
 from hermes_sandboxes.sandbox import Sandbox
+from hermes_sandboxes.settings import InvalidSettings
+
+from .config import SYNC_BACK_MAX_BYTES_KEY, sync_back_max_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +77,22 @@ class _Gone(BaseException):
     when the sandbox is gone no retry can help, so this must not be one."""
 
 
+class _Refused(BaseException):
+    """Raised through Hermes's sync-back like ``_Gone``: the archive was over the cap (or the cap's
+    setting is invalid), and trying again would only meet the same refusal."""
+
+    def __init__(self, error: SandboxError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class SandboxFileSync:
     """Pushes ``~/.hermes`` content into ``remote_base`` in the sandbox and pulls agent edits back."""
 
     def __init__(self, sandbox: Callable[[], Sandbox], remote_base: str, lock: threading.Lock, *,
-                 archive_limit: int = archive.MAX_ARCHIVE_BYTES) -> None:
+                 archive_limit: int | None = None) -> None:
         file_sync = importlib.import_module("tools.environments.file_sync")
-        self._archive_limit = archive_limit
+        self._fixed_limit = archive_limit  # None: Hermes's terminal.sync_back_max_bytes, read at each use
         self._remote_digests: dict[str, str] = {}  # remote path -> sha256, from learn_remote()
         self._sandbox = sandbox
         self._remote_base = remote_base.rstrip("/")
@@ -143,9 +159,9 @@ class SandboxFileSync:
         try:
             # Hermes maps archive members back as "/" + member, so archive paths relative to "/".
             script = f"tar cf - --exclude='*.sock' -C / {shlex.quote(self._remote_base.lstrip('/'))}"
-            with tempfile.TemporaryFile(prefix="hermes-sandboxes-pull-") as spool:
+            with tempfile.TemporaryFile(prefix="hermes-sandboxes-pull-") as spool, _capped():
                 code, err = archive.capture(self._sandbox(), ["sh", "-c", script], spool, what="pulling ~/.hermes back",
-                                            limit=self._archive_limit, timeout=_TRANSFER_TIMEOUT_S)
+                                            limit=self._archive_limit(), timeout=_TRANSFER_TIMEOUT_S)
                 if code != 0:
                     raise SyncFailed(f"pulling ~/.hermes out of the sandbox failed (tar exit {code}: {err})")
                 spool.seek(0)
@@ -156,9 +172,15 @@ class SandboxFileSync:
                 logger.warning("pulling ~/.hermes back: %s was not taken (%s)", item.name, item.reason)
         except SandboxNotFound as exc:
             raise _Gone() from exc
+        except (archive.ArchiveTooLarge, InvalidSettings) as exc:
+            self._errors.append(exc)
+            raise _Refused(exc) from exc
         except BaseException as exc:
             self._errors.append(exc)
             raise
+
+    def _archive_limit(self) -> int:
+        return self._fixed_limit if self._fixed_limit is not None else sync_back_max_bytes()
 
     def _behind_host_link(self, member: str) -> str:
         """Why Hermes must not get ``member`` (a path relative to "/"): its host copy below the Hermes
@@ -198,9 +220,9 @@ class SandboxFileSync:
         """Take the agent's skills/ and memories/ back before a push buries them (see recovery.py);
         raises (StateUnreadable, RecoveryFailed) when that cannot be done safely."""
         hermes_home = importlib.import_module("hermes_constants").get_hermes_home()
-        with self._lock:
+        with self._lock, _capped():
             report = recovery.recover(self._sandbox(), remote_base=self._remote_base, host_home=hermes_home,
-                                      protected=self._host_only(hermes_home), limit=self._archive_limit)
+                                      protected=self._host_only(hermes_home), limit=self._archive_limit())
         report.log()
         return report
 
@@ -245,12 +267,26 @@ class SandboxFileSync:
                 self._manager.sync_back()
             except _Gone:
                 return Pulled.GONE
+            except _Refused as refused:
+                logger.error("%s", refused.error)
+                return Pulled.FAILED
             except Exception:
                 logger.warning("pulling files back from the sandbox failed", exc_info=True)
                 return Pulled.FAILED
             ok = not self._errors
             self._errors.clear()
             return Pulled.DONE if ok else Pulled.FAILED
+
+
+@contextlib.contextmanager
+def _capped() -> Iterator[None]:
+    """An archive over the cap says which setting sets the cap, and how to raise it."""
+    try:
+        yield
+    except archive.ArchiveTooLarge as exc:
+        raise archive.ArchiveTooLarge(
+            f"{exc}; the cap is Hermes's {SYNC_BACK_MAX_BYTES_KEY} in config.yaml: raise it if the sandbox's "
+            "~/.hermes is meant to be that big") from exc
 
 
 def _remote_key(remote_path: str, remote_base: str) -> str:
