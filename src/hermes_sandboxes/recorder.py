@@ -39,7 +39,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 
 from hermes_sandboxes import intents, liveness, lost
 from hermes_sandboxes.command import RecordedProcess, _Prepared
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
 
     from hermes_sandboxes.command import CommandOptions
     from hermes_sandboxes.diffsummary import DiffSummary
+    from hermes_sandboxes.leases import WriterLease
     from hermes_sandboxes.records import (
         DeleteReason,
         Trigger,
@@ -206,6 +208,7 @@ class RecordedSandbox:
         credentials: Mapping[str, str] | None = None,
         lookup: SecretLookup = _no_secret,
         redactor: Redactor | None = None,
+        scope_lease: Callable[[], WriterLease] | None = None,
     ) -> None:
         if retention < 1:
             raise InvalidInput(
@@ -229,6 +232,10 @@ class RecordedSandbox:
         self.lookup = lookup
         self.redactor = redactor if redactor is not None else Redactor()
         self.retention_note = ""  # set when retention had to keep more than it was asked to
+        # the sandbox's writer lease (leases.py), made only when needed: a restore is noted there, so
+        # a running Hermes session re-syncs its state, and its files go with the sandbox
+        self._scope_lease = scope_lease
+        self.restore_token = ""  # the token the last restore through this object noted ("": none)
         if self.policy != "off":
             self._require_checkpoints()
 
@@ -658,11 +665,46 @@ class RecordedSandbox:
         discarded = self._story(include_internal).commands_since(checkpoint_id, created_at=checkpoint.created_at)
         ahead = RestoreStartRecord(sandbox=self.name, id=checkpoint_id, intent=intents.token(),
                                    discarded=len(discarded or ()), owner=liveness.current())
-        with self._ahead(ahead):  # recorded as restored exactly when the files are the checkpoint's
-            self._inner.restore(checkpoint_id)
-            self._record(RestoreRecord(sandbox=self.name, id=checkpoint_id, discarded=ahead.discarded,
-                                       intent=ahead.intent))
+        try:
+            with self._ahead(ahead):  # recorded as restored exactly when the files are the checkpoint's
+                self._inner.restore(checkpoint_id)
+                self._record(RestoreRecord(sandbox=self.name, id=checkpoint_id, discarded=ahead.discarded,
+                                           intent=ahead.intent))
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failed restore may have changed files all the same
+                self._note_restored()
+            raise
+        self._note_restored()
         return discarded
+
+    def _note_restored(self) -> None:
+        """Tell every Hermes session on this host that the sandbox's files went back in time, so each
+        brings its ``~/.hermes`` up to date before its next command: a token beside the journal
+        (``restore_noted``: sessions without a writer lease read it) and, while a Hermes process holds
+        the scope's writer lease, the lease's restore stamp (leases.py: its writer re-syncs, readers
+        wait). With no holder the stamp is removed again at once: the next writer pushes all anyway."""
+        if self._scope_lease is None:
+            return
+        try:
+            lease = self._scope_lease()
+            self.restore_token = lease.note_restored()
+            _write_token(self._restore_note_path, self.restore_token)
+            lease.discard()
+        except OSError as exc:
+            raise SandboxError(f"sandbox {self.name} was restored, but running Hermes sessions could not be told "
+                               f"({exc}); their next command may see stale ~/.hermes files: restart them") from exc
+
+    @property
+    def _restore_note_path(self) -> Path:
+        path = self._journal.path
+        return path.with_name(path.name + ".restored")
+
+    def restore_noted(self) -> str:
+        """The token of the last restore of this sandbox noted on this host ("" if none)."""
+        try:
+            return self._restore_note_path.read_text()
+        except FileNotFoundError:
+            return ""
 
     def delete_checkpoint(self, checkpoint_id: str, *, reason: DeleteReason = "manual") -> None:
         self._inner.delete_checkpoint(checkpoint_id)
@@ -672,10 +714,20 @@ class RecordedSandbox:
         self._inner.destroy()
         self._record(DestroyRecord(sandbox=self.name))
         self._markers.clear()  # nothing runs in it any more: nothing to stop
+        if self._scope_lease is not None:  # its lease files go with it, unless a Hermes process holds them
+            self._scope_lease().discard()
 
     def close(self) -> None:
         """Close the journal (the audit log may be shared: its owner closes it)."""
         self._journal.close()
+
+
+def _write_token(path: Path, token: str) -> None:
+    """``token`` as ``path``'s whole content, replaced in one rename (a reader never sees half)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temp.write_text(token)
+    os.replace(temp, path)
 
 
 def _since_listed(

@@ -11,7 +11,8 @@ id of where a backend's sandboxes live, so two local stores or two Sprites accou
 
 ``<state>`` is ``$HERMES_SANDBOXES_STATE``, else ``$XDG_STATE_HOME/hermes-sandboxes``, else
 ``~/.local/state/hermes-sandboxes``. ``recorded()`` is the one place a ``RecordedSandbox`` is built
-(CLI, Hermes adapter, demo), so every face journals the same way.
+(CLI, Hermes adapter, demo), so every face journals the same way, and notes a restore in the
+sandbox's lease for running Hermes sessions the same way.
 """
 
 from __future__ import annotations
@@ -87,5 +88,6 @@ class HostState:
         from hermes_sandboxes.recorder import RecordedSandbox
 
         backend = sandbox.backend
+        options.setdefault("scope_lease", lambda: self.writer_lease(backend.key, sandbox.name))
         return RecordedSandbox(sandbox, self.journal(backend, sandbox.name, redact),
                                audit if audit is not None else self.audit(backend, redact), **options)

@@ -221,3 +221,26 @@ def test_a_configured_health_command_is_part_of_the_agents_checkpoint_story(herm
     listed = hermes.call("sandbox_checkpoints", {})
     [story] = [c for c in listed["checkpoints"] if c["id"] == taken]
     assert story["health"]["passed"] is True and story["health"]["command"] == "test -f /root/built"
+
+
+def test_after_a_restore_made_with_the_cli_the_running_session_resyncs_what_differs(
+    hermes: HermesHarness, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HERMES_FORCE_FILE_SYNC", "1")
+    for i in range(3):
+        (hermes.home / "skills" / f"s{i}").mkdir(parents=True)
+        (hermes.home / "skills" / f"s{i}" / "SKILL.md").write_text(f"v1 {i}\n")
+    stamp = "stat -c %y /root/.hermes/skills/s0/SKILL.md"
+    pushed = hermes.run(stamp)["output"]
+    saved = hermes.call("sandbox_checkpoint", {"comment": "skills at v1"})["checkpoint"]
+    (hermes.home / "skills" / "s1" / "SKILL.md").write_text("v2 1\n")
+    assert hermes.run("cat /root/.hermes/skills/s1/SKILL.md")["output"].strip() == "v2 1"
+
+    done = subprocess.run([sys.executable, "-m", "hermes_sandboxes.cli", "--home", str(hermes.backend.home),
+                           "checkpoint", "restore", hermes.env().sandbox_name, saved, "--yes"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the session's next command finds the restore noted: ~/.hermes is brought up to date again,
+    # sending only what differs (the unchanged skill is the checkpoint's own file, not a new copy)
+    assert hermes.run("cat /root/.hermes/skills/s1/SKILL.md")["output"].strip() == "v2 1"
+    assert hermes.run(stamp)["output"] == pushed

@@ -194,3 +194,22 @@ def clear_faults(remote: Remote) -> None:
         remote.fake.world.faults.clear()
     else:
         remote.fake.reset()
+
+
+def cli(remote: Remote, *args: str) -> str:
+    """The ``hermes-sandboxes`` command, in its own process, on the same account and profile as the
+    Hermes of this process (its credentials from the environment, as a user's shell has them)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPRITES_", "SPRITE_", "E2B_API_KEY"))}
+    env["HERMES_SANDBOXES_BACKEND"] = remote.kind
+    if remote.kind == "e2b":
+        from tests.fakes.e2b import API_KEY
+
+        env["E2B_API_KEY"] = API_KEY
+    else:
+        env.update(SPRITES_TOKEN=remote.fake.token, SPRITES_API_URL=remote.fake.url, SPRITES_CLIENT_SIGNALS="0")
+    done = subprocess.run([sys.executable, "-m", "hermes_sandboxes.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout

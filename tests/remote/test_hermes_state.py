@@ -186,3 +186,22 @@ def test_archives_over_hermes_s_sync_back_cap_are_refused_and_nothing_is_written
     refusals = [r.getMessage() for r in caplog.records if "pulling ~/.hermes back" in r.getMessage()]
     assert len(refusals) == 1 and "terminal.sync_back_max_bytes" in refusals[0], caplog.text  # not retried
     assert not (home / "skills" / "kept" / "notes.md").exists()
+
+
+def test_after_a_restore_made_with_the_cli_a_running_session_resyncs_only_what_differs(
+        remote: Remote, home: Path) -> None:
+    from tools.terminal_tool_lifecycle import get_active_env
+
+    for i in range(4):
+        skill(home, f"s{i}", f"v1 {i}\n")
+    assert run_here("true")["exit_code"] == 0  # this session is the writer: it pushed everything
+    name = get_active_env(hermes_kit.TASK).sandbox_name
+    saved = call_here("sandbox_checkpoint", {"comment": "skills at v1"})["checkpoint"]
+    skill(home, "s2", "v2 2\n")
+    assert out(run_here('cat "$HOME/.hermes/skills/s2/SKILL.md"')).strip() == "v2 2"
+
+    hermes_kit.cli(remote, "checkpoint", "restore", name, saved, "--yes")  # another process, on the side
+    hermes_kit.clear_requests(remote)
+    # the same session's next command finds the restore noted and brings ~/.hermes up to date
+    assert out(run_here('cat "$HOME/.hermes/skills/s2/SKILL.md"')).strip() == "v2 2"
+    assert writes(remote) == [f"{'/home/user' if remote.kind == 'e2b' else '/root'}/.hermes/skills/s2/SKILL.md"]

@@ -251,15 +251,14 @@ class Session:
         self.recorded.delete_checkpoint(checkpoint_id)
 
     def destroy(self) -> None:
-        self.recorded.destroy()
-        # a remote sandbox's writer lease files go with it, unless a Hermes process still holds them
-        self._state.writer_lease(self.sandbox.backend.key, self.sandbox.name).discard()
+        self.recorded.destroy()  # its writer lease files too, unless a Hermes process still holds them
         if self.sandbox.ephemeral:
             # an ephemeral sandbox's own journal dies with it (else every `run` leaves a file
             # behind); its history stays in the audit log
             self.close()
             journal = self.recorded.journal.path
-            for path in (journal, journal.with_name(journal.name + ".allow.lock")):
+            sidecars = (".allow.lock", ".allow.applied", ".allow.warned", ".restored")  # its lock and notes
+            for path in (journal, *(journal.with_name(journal.name + end) for end in sidecars)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 

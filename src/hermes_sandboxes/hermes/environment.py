@@ -205,7 +205,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         state (see leases.py)."""
         lease = self.options.lease
         if lease is None:
-            self._push(force=force)
+            self._push(force=self._follow_local_restore() or force)
             return
         took_over = not lease.is_writer and lease.try_acquire()
         if not lease.is_writer:
@@ -231,6 +231,18 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self._restore_seen = token
         lease.mark_clean()
         lease.mark_prepared()
+
+    def _follow_local_restore(self) -> bool:
+        """Without a lease: whether the sandbox was restored (by anyone) since this environment's
+        last push; then what was sent is void and the push must bring everything up to date (only
+        what differs is sent)."""
+        token = self.recorded.restore_noted()  # written by whoever restored (CLI, API, another session)
+        restored = self._restore_seen is not None and token != self._restore_seen
+        self._restore_seen = token
+        if restored:
+            self._sync.reset()
+            self._sync.learn_remote()
+        return restored
 
     def _follow_restore(self, token: str) -> None:
         """Another process restored the sandbox: what this writer sent is void (the sandbox's
@@ -323,10 +335,12 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         self._sync.reset()
         lease = self.options.lease
         if lease is None:
+            self._restore_seen = None  # this one is followed here: the next _admit must not again
             self._sync.learn_remote()
             self._admit(force=True)
         else:
-            self._own_restore = lease.note_restored()
+            # the recorder noted it already (HostState.recorded); a recorder built without a lease did not
+            self._own_restore = self.recorded.restore_token or lease.note_restored()
             if lease.is_writer:
                 self._admit(force=False)
         self.init_session()

@@ -67,7 +67,11 @@ class E2BBackend(Backend):
                  domain: str | None = None, request_timeout: float | None = None) -> None:
         self.settings = settings or E2BSettings()
         self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
-        self.profile = profile or os.path.expanduser("~/.hermes")
+        # the Hermes profile whose sandboxes these are: by default the one Hermes itself would use
+        # (HERMES_HOME, else ~/.hermes), resolved as the plugin resolves it, so the CLI and the plugin
+        # see the same sandboxes and share their journals and leases
+        self.profile = profile or os.path.realpath(os.path.expanduser(os.environ.get("HERMES_HOME", "").strip()
+                                                                      or "~/.hermes"))
         self._opts: dict[str, Any] = {k: v for k, v in (("api_url", api_url), ("sandbox_url", sandbox_url),
                                                        ("domain", domain), ("request_timeout", request_timeout))
                                      if v is not None}
