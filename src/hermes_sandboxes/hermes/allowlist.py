@@ -98,7 +98,8 @@ def reconcile(recorded: RecordedSandbox, wanted: SandboxSpec) -> str:
             return ""  # the network mode is chosen at creation; nothing here can change it
         live, asked = _key(spec.allow), _key(configured)
         if live == asked:
-            files.remember_applied(configured)
+            if files.read(files.applied) != live or files.warned.exists():  # settled: remember it (once)
+                files.remember_applied(configured)
             return ""
         if files.read(files.applied) == live:
             recorded.set_allow(configured, previous=spec.allow)
