@@ -230,13 +230,16 @@ def test_store_reclaim_gives_a_deleted_sandboxs_space_back_to_the_host_disk() ->
         assert cli(home, "exec", name, "--", "head -c 64M /dev/urandom > /root/blob; sync").returncode == 0
         full = image.stat().st_blocks * 512
         assert cli(home, "rm", name, "--yes").returncode == 0
+        before = image.stat().st_blocks * 512
         done = cli(home, "store", "reclaim")
         assert done.returncode == 0, done.stderr
         reported = int(done.stdout)
         left = image.stat().st_blocks * 512
         assert full - left >= 60 << 20, (full, left)  # the blob's blocks are the host's again
-        # the kernel's own background discard (discard=async) may have given part of it back first
-        assert 0 <= reported <= full - left
+        # the kernel's own background discard (discard=async) may have given part of it back first,
+        # and a btrfs commit may allocate a few metadata blocks between our look and reclaim's own
+        # (229 KB once in a full run): what it reports is bounded by what was there, not exact
+        assert 0 <= reported <= max(full, before) - left + (1 << 20), (reported, full, before, left)
         assert "back to the host disk" in done.stderr
 
 
