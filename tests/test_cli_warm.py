@@ -189,6 +189,9 @@ def test_a_killed_worker_is_reported_in_one_line_and_the_next_calls_work(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 125 and err.count(b"\n") == 1 and b"worker" in err, err
     assert ok(home, "exec", box.name, "--", "echo next").stdout == "next\n"  # (in-process)
+    # as when an in-process CLI is killed: its command was lost with it (the next call settles it)
+    [lost] = [r for r in execs(home, box.name) if r["command"].startswith("echo started")]
+    assert lost.get("lost") and lost["exit_code"] is None, lost
     again = subprocess.run(cli(home, "exec", box.name, "--", "echo warm"), env=rt, capture_output=True,
                            timeout=60, check=False)
     assert (again.returncode, again.stdout) == (0, b"warm\n"), again
@@ -338,10 +341,30 @@ def test_concurrent_calls_are_served_by_their_own_workers(home: Path, box: Local
     assert len(set(owners)) == 4 and not set(owners) & {p.pid for p in procs}, owners
 
 
+def test_a_spare_worker_waits_ahead_and_a_killed_one_is_replaced(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    ok(home, "config")  # the full CLI validates the settings and caches them for the fast path
+    server = warm_kit.start(rt)
+    poll(lambda: len(warm_kit.children_of(server)) == 1, "a spare worker")
+    [spare] = warm_kit.children_of(server)
+    code, out, _, _ = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+    assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box)) == [spare]  # it served the call
+    poll(lambda: len(warm_kit.children_of(server)) == 1 and warm_kit.children_of(server) != [spare],
+         "the next spare")
+    [spare] = warm_kit.children_of(server)
+    os.kill(spare, signal.SIGKILL)
+    code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+    assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] not in (pid, spare)
+    poll(lambda: not warm_kit.zombies_of(server) and len(warm_kit.children_of(server)) == 1, "a new spare")
+
+
 def test_an_idle_server_exits_and_removes_its_socket(rt: dict[str, str]) -> None:
     env = {**rt, "HERMES_SANDBOXES_WARM_IDLE_S": "0.5"}
     server = warm_kit.start(env)
+    poll(lambda: len(warm_kit.children_of(server)) == 1, "a spare worker")
+    [spare] = warm_kit.children_of(server)
     warm_kit.wait_gone(server)
+    poll(lambda: not warm_kit.alive(spare), "the spare leaving with its server")
     assert not list(warm_kit.runtime_dir(env).glob("*.sock")) and not list(warm_kit.runtime_dir(env).glob("*.pid"))
 
 

@@ -46,15 +46,15 @@ def server_pid(env: dict[str, str] | None = None) -> int | None:
 
 
 def is_server(pid: int) -> bool:
+    """A live server (its workers, forked from it, share its command line but not its session)."""
     try:
-        return _SERVER_MARK in Path(f"/proc/{pid}/cmdline").read_bytes() and not _zombie(pid)
+        if _SERVER_MARK not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return False
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
-
-
-def _zombie(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return stat[stat.rindex(b")") + 2:].startswith(b"Z")
+    state, _ppid, _pgrp, session = stat[stat.rindex(b")") + 2:].split()[:4]
+    return state != b"Z" and int(session) == pid
 
 
 def answers(env: dict[str, str] | None = None) -> bool:
@@ -116,6 +116,27 @@ def servers_started_with(env: dict[str, str]) -> list[int]:
                 found.append(int(entry.name))
         except OSError:
             continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return not stat[stat.rindex(b")") + 2:].startswith(b"Z")
+
+
+def children_of(pid: int) -> list[int]:
+    """The live children of ``pid``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z" and int(fields[1]) == pid:
+            found.append(int(entry.parent.name))
     return found
 
 

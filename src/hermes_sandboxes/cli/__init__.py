@@ -10,6 +10,7 @@ with a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
@@ -27,7 +28,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
             code = run(sys.argv[1:])
             if code is not None:
-                sys.exit(code)
+                # the worker did the work and flushed its output; this process wrote nothing and has
+                # nothing to tear down: skip the interpreter's finalization (~1.7 ms, a fifth of a
+                # bare Python's whole run)
+                for stream in (sys.stdout, sys.stderr):
+                    if stream is not None:
+                        stream.flush()
+                os._exit(code)
         from hermes_sandboxes.cli.fast import try_exec
 
         code = try_exec(sys.argv[1:] if argv is None else list(argv))

@@ -48,23 +48,48 @@ EXIT_WORKER_LOST = 125
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the variables that change how an interpreter starts (its stdio encodings above all)
 _START_VARS = ("LC_ALL", "LC_CTYPE", "LANG")
+_NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup")
+_PRIME = (1 << 61) - 1
 _SERVER_MODULE = "hermes_sandboxes.cli.warmserver"
 _BOOT = ("import os, sys; os.closerange(3, 1 << 30); sys.path[0] = sys.argv[1]; "
          f"from {_SERVER_MODULE} import main; main(sys.argv[2])")
 
 
 def stamp() -> tuple[Any, ...]:
-    """What server and client must share: interpreter, package, flags and start-up variables."""
+    """What server and client must share: interpreter, package, flags and start-up variables, and
+    what a process inherits that the worker cannot take on from a request: credentials, cgroups
+    (sandbox groups are made under the creating process's own on cgroup v1), namespaces, root
+    directory and resource limits (a sandbox's init inherits them). The server has its spawning
+    client's; a client that differs gets a server of its own."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("PYTHON") or k in _START_VARS)
-    return (PROTOCOL, sys.executable, PACKAGE, tuple(sys.flags), sorted(sys._xoptions.items()), env)
+    return (PROTOCOL, sys.executable, PACKAGE, tuple(sys.flags), sorted(sys._xoptions.items()), env,
+            os.getuid(), os.getgid(), os.getgroups(), _read("/proc/self/cgroup"), _read("/proc/self/limits"),
+            [_link(f"/proc/self/ns/{ns}") for ns in _NAMESPACES], _link("/proc/self/root"))
+
+
+def _read(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 def key_of(stamped: tuple[Any, ...]) -> str:
-    """A short stable name for a stamp (FNV-1a; the stamp itself is compared by the server)."""
-    h = 0xcbf29ce484222325
-    for byte in marshal.dumps(stamped):
-        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
+    """A short stable name for a stamp (the server compares the stamp itself): its bytes as one
+    number modulo a Mersenne prime, one big-integer operation."""
+    data = marshal.dumps(stamped)
+    return f"{(int.from_bytes(data, 'little') % _PRIME) ^ (len(data) << 48) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def runtime_dir(create: bool = False) -> str | None:
