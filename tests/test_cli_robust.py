@@ -69,6 +69,20 @@ def test_exec_streams_stdin_instead_of_reading_it_whole_first(home: Path, box: L
         proc.wait()
 
 
+def test_a_command_that_ends_before_its_stdin_does_keeps_its_exit_code(home: Path, box: LocalSandbox) -> None:
+    # `producer | hermes-sandboxes exec NAME -- cmd`: cmd ends without reading while the producer still
+    # writes (here: holds the pipe open); the CLI aborted at exit (134, "Fatal Python error")
+    for command in (["exec", box.name, "--", "exit 7"], ["run", "--", "exit 7"]):
+        with subprocess.Popen(cli(home, *command), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) as proc:
+            assert proc.stderr is not None
+            try:
+                assert proc.wait(timeout=60) == 7, proc.stderr.read()  # our end of its stdin still open
+                assert proc.stderr.read() == b""
+            finally:
+                proc.kill()
+
+
 def test_run_passes_stdin_too(home: Path) -> None:
     done = subprocess.run(cli(home, "run", "--", "tr a-z A-Z"), input=b"shout\n", capture_output=True, timeout=60,
                           check=False)

@@ -182,9 +182,14 @@ def _firsts(lines: list[str]) -> list[str]:
 # -- the exit-code table ---------------------------------------------------------------------------
 
 
+_STDERR: list[str] = []  # what each scenario's CLI said, to show when a code is not the table's
+
+
 def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *args], env=env, input=stdin if stdin is not None else "",
+    done = subprocess.run([str(SCRIPT), *args], env=env, input=stdin if stdin is not None else "",
                           capture_output=True, text=True, timeout=120, check=False)
+    _STDERR.append(f"{' '.join(args)} -> {done.returncode}: {done.stderr[-2000:]}")
+    return done
 
 
 def _until_then_signal(env: dict[str, str], sig: signal.Signals) -> int:
@@ -251,6 +256,7 @@ def test_every_row_of_the_exit_code_table_has_a_scenario_and_every_scenario_a_ro
 def test_the_cli_ends_with_the_exit_code_the_readme_table_gives(work: dict[str, str], row: str) -> None:
     env = work
     assert row in _SCENARIOS, f"exit-code row {row!r} ({_TABLE[row]}) has no scenario here"
+    _STDERR.clear()
     got = [(what, run(env)) for what, run, _ in _SCENARIOS[row]]
-    assert got == [(what, code) for what, _, code in _SCENARIOS[row]], _TABLE[row]
+    assert got == [(what, code) for what, _, code in _SCENARIOS[row]], (_TABLE[row], _STDERR)
 
