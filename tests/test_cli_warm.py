@@ -238,6 +238,29 @@ def test_a_server_that_never_answers_costs_a_bounded_wait_then_runs_in_process(
     assert warm_kit.wait_for_server(rt) != server
 
 
+def test_a_signal_before_the_worker_is_known_acts_on_the_cli_as_it_would_in_process(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    os.kill(server, signal.SIGSTOP)  # the client waits for a pid that does not come...
+    try:
+        proc = subprocess.Popen(cli(home, "exec", box.name, "--", "touch /root/ran"), env=rt,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        poll(lambda: _catches(proc.pid, signal.SIGTERM), "the client waiting for its worker's pid")
+        proc.send_signal(signal.SIGTERM)  # ...and is told to stop meanwhile: kept, then acted on
+        proc.communicate(timeout=60)
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert proc.returncode == -signal.SIGTERM  # as an in-process CLI stopped while starting up
+    assert box.exec("test -e /root/ran").exit_code == 1 and execs(home, box.name) == []
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (the client installs its own once it asked)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught & (1 << (sig - 1)))
+
+
 def test_a_changed_package_file_makes_the_server_step_aside_for_a_new_one(
         home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
     server = warm_kit.start(rt)
@@ -469,3 +492,14 @@ def test_a_worker_starts_a_stopped_sandbox_whose_init_outlives_it_as_it_outlives
     code, out2, _, _ = call(cli(home, "exec", box.name, "--", "echo again"), rt)
     assert (code, out2) == (0, b"again\n")
     assert json.loads(init_state.read_text())["pid"] == init  # the same init served the next call
+
+
+@pytest.mark.parametrize("module", ["hermes_sandboxes.cli.warm", "_socket", "hermes_sandboxes.cli.fast"])
+def test_ctrl_c_while_the_exec_path_starts_up_prints_no_traceback(home: Path, rt: dict[str, str], module: str) -> None:
+    from test_cli_robust import INTERRUPTED_WHILE_IMPORTING
+
+    warm_kit.start(rt)
+    env = {**rt, **warm_kit.WARM_OFF} if module.endswith("fast") else rt
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home),
+                           "exec", "no-such-box", "--", "true"], env=env, capture_output=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done

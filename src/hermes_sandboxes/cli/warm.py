@@ -16,7 +16,10 @@ call: it writes to our descriptors itself, and records the command as the CLI in
 - Once the worker's pid is known, SIGINT, SIGTERM and SIGHUP are passed on to it (one that came
   earlier is passed on then), so Ctrl-C, ``timeout`` and a closed terminal act as in-process. If we
   die (kill -9, SIGQUIT), the worker sees its connection close and stops the command, recorded as
-  interrupted. Ctrl-Z stops only this client: the worker is not in the terminal's job.
+  interrupted (SIGQUIT is not passed on for that reason: the in-process CLI dumped core and left
+  the command running). Ctrl-Z stops only this client: the worker is not in the terminal's job, and
+  stopping it would leave nobody to notice the client's death. SIGWINCH does not matter: ``exec``
+  passes no terminal size (``shell`` does, and is not served warm).
 - A worker that ends without an exit code (killed) is reported in one line on stderr: exit 125.
 
 The runtime directory is ``$XDG_RUNTIME_DIR/hermes-sandboxes``, else ``/run/user/<uid>/...``, else
