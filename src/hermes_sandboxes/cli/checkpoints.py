@@ -61,8 +61,8 @@ def _session(workspace: Workspace, name: str) -> Session:
 
 
 def _settled(workspace: Workspace, name: str) -> Session:
-    """The session, after recording as lost the commands whose CLI died before they ended (so a
-    checkpoint's story and a restore's preview count them as ended before this)."""
+    """The session, after stopping inside and recording as lost the commands whose CLI died before
+    they ended (so a checkpoint's story and a restore's preview count them as ended before this)."""
     session = _session(workspace, name)
     session.recorded.settle()
     return session
@@ -349,7 +349,8 @@ def log(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
 
     Also works for a sandbox that was destroyed, as long as its history is in the audit log. A
     command whose end is not recorded shows as running while the process that started it lives,
-    and as lost once that process died before it (kill -9, a crash). What the sandbox's journal holds
+    and as lost once that process died before it (kill -9, a crash): the next call that uses the
+    sandbox, or gc, stops it inside if it still runs and records that. What the sandbox's journal holds
     and the audit log missed (a kill between the two writes) is shown too."""
     ui = Ui()
     validate_name(name)
