@@ -6,6 +6,7 @@ The other shell tests (scripts from stdin, background jobs outliving the shell) 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -109,3 +110,16 @@ def test_a_terminal_that_hangs_up_ends_the_shell_as_a_closed_window_does(home: P
         time.sleep(0.05)
     shell = [r for r in as_json(home, "log", box.name) if r["command"] == "(interactive shell)"]
     assert [(r["exit_code"], r.get("lost")) for r in shell] == [(129, None)], shell  # bash's own end, recorded
+
+
+def test_a_shell_whose_cli_gets_sigterm_is_stopped_and_its_end_recorded_at_once(home: Path,
+                                                                                box: LocalSandbox) -> None:
+    term = Pty([*CLI, "--home", str(home), "shell", box.name])
+    term.send(b"nohup sleep 608 >/dev/null 2>&1 & echo bg-$((4*4))\r")
+    term.expect(b"bg-16")
+    term.proc.send_signal(signal.SIGTERM)
+    assert term.finish() == 143
+    assert box.exec("pgrep -ax sleep || echo none").stdout == "none\n"  # what it started is stopped
+    [shell] = as_json(home, "log", box.name)  # and its end is recorded by the CLI itself, not left lost
+    assert shell["killed"] and shell["error"] == "interrupted by SIGTERM", shell
+    assert not shell.get("lost") and not shell.get("unfinished"), shell

@@ -15,6 +15,7 @@ from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, Workspace
+from hermes_sandboxes.command import RecordedProcess
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
 from hermes_sandboxes.identity import validate_name
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, Process, SandboxSpec
@@ -227,15 +228,22 @@ def shell(workspace: Workspace, name: str) -> int:
                               f"use: hermes-sandboxes exec {name} -- COMMAND")
         session = workspace.session(sandbox)
         label = "(interactive shell)" if interactive() else "(shell script from stdin)"
+        started: list[RecordedProcess] = []
 
         def attach(command: str, fds: tuple[int, int, int], *, cwd: str | None = None,
                    env: dict[str, str] | None = None) -> Process:
             # written ahead like any command (lost if we die, then stopped by the next call); never
             # checkpointed: what it will run is not known yet
-            return session.recorded.attach(command, fds, cwd=cwd, env=env, record_as=label, checkpoint="off")
+            started.append(session.recorded.attach(command, fds, cwd=cwd, env=env, record_as=label,
+                                                   checkpoint="off"))
+            return started[-1]
 
         try:
             return run_shell(sandbox, attach)
+        except KeyboardInterrupt as exc:  # a signal (SIGTERM...) while it ran: run_shell has killed it
+            for proc in started:  # (a no-op when its end is recorded already: it ended first)
+                proc.record(None, killed=True, error=f"interrupted by {signals.name(exc)}")
+            raise
         finally:
             session.close()
 
