@@ -324,3 +324,25 @@ def test_settling_never_touches_a_command_of_a_live_recorder_even_when_settlers_
     for i in range(3):
         [ended] = [r for r in execs(home, box.name) if r["command"].endswith(f"echo got {i}")]
         assert ended["exit_code"] == 0 and not ended.get("lost") and not ended.get("killed"), ended
+
+
+def test_a_warm_worker_killed_mid_command_has_it_stopped_by_the_next_call(home: Path, box: LocalSandbox) -> None:
+    """On the warm path the worker records the command: when the worker itself is killed with -9,
+    the command is lost with it, and the next call stops it inside as for a killed CLI."""
+    env = {k: v for k, v in os.environ.items() if k != warm_kit.SWITCH}  # (this module's CLIs run in-process)
+    warm_kit.start(env)
+    took(cli(home, "exec", box.name, "--", "true"), env)  # (the first call after a start may run in-process)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 641"), env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    poll(lambda: "641" in _sleeps(box), proc, "sleep 641 running")
+    worker = warm_kit.owners(HostState().journal_path(box.backend.key, box.name))[-1]
+    assert worker != proc.pid  # served warm: the worker records it
+    os.kill(worker, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 125, err
+    assert _sleeps(box) == {"641"}  # runs on, its recorder dead
+    assert ok(home, "exec", box.name, "--", "true").exit_code == 0
+    assert _sleeps(box) == set()
+    [ended] = _ends(home, box, 641)
+    assert ended["lost"] and ended["killed"] and f"pid {worker}" in ended["error"], ended

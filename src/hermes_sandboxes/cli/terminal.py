@@ -59,6 +59,7 @@ INTERACTIVE = ('if command -v bash >/dev/null; then sh=bash; else sh=sh; fi; '
                'exec setsid --wait --ctty "$sh" -i; fi; exec "$sh" -i')
 SCRIPTED = 'if command -v bash >/dev/null; then exec bash -s; fi; exec sh -s'
 _CHUNK = 65536
+_WAIT_SLICE_S = 0.25
 _HANG_UP_WAIT_S = 10.0  # for bash to pass SIGHUP on to its jobs and exit, after its pty hung up
 
 
@@ -118,7 +119,7 @@ def run_shell(sandbox: Sandbox, attach: Attach | None = None) -> int:
                              name="shell-stdin").start()
             with _copying(ends.outputs, on_error=proc.kill):
                 try:
-                    code = proc.wait()
+                    code = _wait(proc)
                 except KeyboardInterrupt as exc:
                     if ends.terminal and getattr(exc, "signum", None) == signal.SIGHUP:
                         _hang_up(ends.shell_in, proc)
@@ -126,10 +127,18 @@ def run_shell(sandbox: Sandbox, attach: Attach | None = None) -> int:
                 finally:
                     proc.kill()  # only if wait() failed: what the shell started in the background lives
                     # on, as after closing a real terminal (nohup, setsid and disowned jobs survive)
-        assert code is not None  # wait() without a timeout
         return code
     finally:
         ends.close_ours(fed=True)
+
+
+def _wait(proc: Process) -> int:
+    """The shell's exit code, waited for in short slices: the kernel may hand a signal (SIGWINCH,
+    SIGTERM) to one of our copying threads, and Python runs its handler only when the main thread
+    comes back from the wait (a wait without end would sit on a resize until the shell exits)."""
+    while (code := proc.wait(_WAIT_SLICE_S)) is None:
+        pass
+    return code
 
 
 def _hang_up(master: int, proc: Process) -> None:
