@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="hsb-cli-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="hsb-cli-"))
     load_before = [round(x, 2) for x in os.getloadavg()]
     try:
         results = bench(args.runs, root)

@@ -236,7 +236,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_proxy: must run as root (the local sandbox needs it)", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="hsb-proxy-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="hsb-proxy-"))
     try:
         results = run(args.quick, work)
     finally:

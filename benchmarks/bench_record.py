@@ -78,7 +78,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="hsb-record-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="hsb-record-"))
     try:
         results = bench(args.runs, root)
     finally:

@@ -4,11 +4,31 @@ machines are noisy; the benchmark itself reports whether the targets were met)."
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_local.py"
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """The benchmark's own temporary directory (TMPDIR), so that what it leaves behind is checked
+    there, not among other runs' stores in /tmp (another run of the same benchmark would fail the
+    check); short, for the sockets under it."""
+    where = Path(tempfile.mkdtemp(prefix="hb-", dir="/tmp"))
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def _env(scratch: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(scratch)}
 
 
 def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_path: Path) -> None:
@@ -36,24 +56,24 @@ def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_pat
 PROXY_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_proxy.py"
 
 
-def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_path: Path) -> None:
+def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_path: Path, scratch: Path) -> None:
     out = tmp_path / "proxy.json"
     proc = subprocess.run([sys.executable, str(PROXY_BENCH), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=_env(scratch))
     assert out.exists(), proc.stderr
     results = json.loads(out.read_text())["results"]
     assert results["download"]["host_mb_s"] > 0 and results["download"]["proxy_mb_s"] > 0
     assert results["https_small"]["samples"] == 20 and results["https_small"]["proxy_brokered_p50_ms"] > 0
     assert results["relay_design"]["threads_mb_s"] > 0 and results["proxy_rss_mb"]["brokering"] > 0
     assert "| download 20 MB, proxy" in proc.stdout
-    assert not list(Path("/tmp").glob("hsb-proxy-*")), "the benchmark left its stores behind"
+    assert not list(scratch.iterdir()), "the benchmark left its stores behind"
 
 
-def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path) -> None:
+def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path, scratch: Path) -> None:
     out = tmp_path / "cli.json"
     bench = BENCH.parent / "bench_cli.py"
     proc = subprocess.run([sys.executable, str(bench), "--runs", "3", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=_env(scratch))
     assert out.exists(), proc.stderr
     report = json.loads(out.read_text())
     results = report["results"]
@@ -62,7 +82,7 @@ def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path) -> None:
     assert results["cli_exec_true_first_starting_the_server"]["runs"] >= 1
     assert results["server_memory"]["rss_kib"] > 0 and results["server_pid_answer"]["median_ms"] > 0
     assert "| CLI `exec NAME -- true`, warm server" in proc.stdout
-    assert not list(Path("/tmp").glob("hsb-cli-*")), "the benchmark left its store behind"
+    assert not list(scratch.iterdir()), "the benchmark left its store behind"
     assert not [p for p in Path("/proc").glob("[0-9]*/cmdline")
                 if _reads(p).find(b"warmserver") >= 0 and str(tmp_path).encode() in _reads(p.parent / "environ")]
 
@@ -74,13 +94,13 @@ def _reads(path: Path) -> bytes:
         return b""
 
 
-def test_the_record_benchmark_runs_and_writes_the_overhead_of_recording(tmp_path: Path) -> None:
+def test_the_record_benchmark_runs_and_writes_the_overhead_of_recording(tmp_path: Path, scratch: Path) -> None:
     out = tmp_path / "record.json"
     bench = BENCH.parent / "bench_record.py"
     proc = subprocess.run([sys.executable, str(bench), "--runs", "5", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=_env(scratch))
     assert out.exists(), proc.stderr
     results = json.loads(out.read_text())["results"]
     assert {"bare_exec", "recorded_fsync", "recorded_no_fsync"} <= set(results)
     assert results["recorded_fsync"]["runs"] == 5 and "overhead_ms" in results["recorded_no_fsync"]
-    assert not list(Path("/tmp").glob("hsb-record-*")), "the benchmark left its store behind"
+    assert not list(scratch.iterdir()), "the benchmark left its store behind"
