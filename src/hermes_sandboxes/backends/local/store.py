@@ -94,6 +94,23 @@ def tree_bytes(path: Path) -> int:
     return total
 
 
+def _wait_loop_released(loop: str, image: str, deadline_s: float = 10.0) -> None:
+    """Wait for the kernel to let go of the loop device behind an unmounted image: it detaches an
+    auto-clearing loop device in a work queue, after umount has returned (seen still attached under
+    load), and whoever unmounts the store expects the image free (to move or delete it)."""
+    backing = f"/sys/block/{loop}/loop/backing_file"
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with open(backing) as f:
+                if f.read().strip().removesuffix(" (deleted)") != image:
+                    return  # the device went, or serves another image already
+        except OSError:
+            return
+        time.sleep(0.005)
+    # still attached: another mount namespace holds the filesystem (it goes when that does)
+
+
 class Store(ABC):
     kind: str
     cheap: bool  # checkpoint and restore cost does not grow with the layer
@@ -338,8 +355,22 @@ class BtrfsStore(Store):
         from hermes_sandboxes.backends.local import incarnation
 
         incarnation.settle()  # a restore's old root still held would keep the filesystem mounted
-        if self.is_mounted():
-            _run(["umount", str(self.mountpoint)], f"unmounting {self.mountpoint}")
+        source = self._mount_source()
+        if source is None:
+            return
+        _run(["umount", str(self.mountpoint)], f"unmounting {self.mountpoint}")
+        if source.startswith("/dev/loop"):
+            _wait_loop_released(source.removeprefix("/dev/"), os.path.realpath(self.image))
+
+    def _mount_source(self) -> str | None:
+        """The device mounted at our mount point (``/dev/loopN``), or None when nothing is."""
+        with open("/proc/self/mountinfo") as f:
+            target = str(self.mountpoint)
+            for line in f:
+                fields = line.split()
+                if fields[4] == target:
+                    return fields[fields.index("-") + 2]
+        return None
 
     def _ioctl(self, directory: Path, request: int, arg: bytearray) -> None:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
