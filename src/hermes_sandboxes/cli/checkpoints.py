@@ -185,7 +185,9 @@ def show_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, show_al
 
 def _commands_table(ui: Ui, commands: Sequence[Mapping[str, Any]], *, title: str) -> None:
     rows = [[clock(float(c.get("ts") or 0)), _exit_text(c.get("exit_code"), bool(c.get("timed_out")), _ending(c)),
-             duration(c.get("duration_s")), one_line(str(c.get("command", "")), 80)] for c in commands]
+             duration(c.get("duration_s")),
+             one_line(str(c.get("command", "")), 80) + (f"  ({c['error']})" if c.get("error") else "")]
+            for c in commands]
     ui.table(["TIME", "EXIT", "TOOK", "COMMAND"], rows, title=title)
 
 
@@ -305,7 +307,10 @@ def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX
     elif not preview.commands:
         ui.line("  no commands since the checkpoint")
     else:
-        _commands_table(ui, [r.to_summary() for r in preview.commands], title="commands since the checkpoint")
+        # with why a command ended early (interrupted by SIGINT, ...), as ``log`` shows it: a bare 137
+        # or 130 would not say that the command was stopped before its end
+        _commands_table(ui, [{**r.to_summary(), "error": r.error} for r in preview.commands],
+                        title="commands since the checkpoint")
 
 
 @checkpoint.command(name="rm")
