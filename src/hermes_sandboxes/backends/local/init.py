@@ -24,8 +24,9 @@ import signal
 import socket
 import struct
 import sys
+import time
 
-from hermes_sandboxes.backends.local import fileops, protocol, rootfs
+from hermes_sandboxes.backends.local import command, fileops, protocol, rootfs, stub
 from hermes_sandboxes.backends.local import syscalls as sc
 
 TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
@@ -80,6 +81,14 @@ def _send_quietly(conn: socket.socket, message: dict[str, Any]) -> None:
         pass
 
 
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
@@ -98,6 +107,10 @@ class Init:
         self.sel = selectors.DefaultSelector()
         self.children: dict[int, tuple[socket.socket | None, str]] = {}
         self.idle_groups: set[str] = set()
+        # A spare group is renamed into the command's: cgroup v1 only (v2 has no rename, and its
+        # per-command groups keep the init's move; CLONE_INTO_CGROUP would avoid it there but
+        # Python's posix_spawn does not offer it).
+        self.stubs = stub.Pool(freezer_fd, self.idle_groups, not _exists("cgroup.controllers", freezer_fd))
 
     def serve(self) -> None:
         wake_r, wake_w = socket.socketpair()
@@ -108,7 +121,10 @@ class Init:
         self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
         self.sel.register(wake_r, selectors.EVENT_READ, self._reap)
         while True:
-            for key, _ in self.sel.select():
+            events = self.sel.select(self.stubs.timeout())
+            if not events:
+                self._refill()
+            for key, _ in events:
                 try:
                     key.data(key.fileobj)
                 except Exception as exc:  # the init outlives any request: everything depends on it
@@ -154,25 +170,39 @@ class Init:
         if not 0 < len(exec_id) <= 32 or not set(exec_id) <= _EXEC_ID_CHARS or len(fds) != 3:
             raise OSError(errno.EINVAL, "malformed exec request")
         group = f"x{exec_id}"
-        os.mkdir(group, dir_fd=self.freezer_fd)
+        builtin = message.get("builtin")
+        pid = 0 if builtin else self.stubs.take(group, message, fds)
+        if not pid:
+            if not self.stubs.renamed:
+                os.mkdir(group, dir_fd=self.freezer_fd)
+            pid = self._spawn_inside(group, str(builtin or ""), message, fds)
+            self.stubs.last_move = time.monotonic()
+        self.children[pid] = (conn, group)
+        return pid
+
+    def _spawn_inside(self, group: str, builtin: str, message: dict[str, Any], fds: list[int]) -> int:
         # Init steps into the command's freezer group for the instant of the spawn, so the child
-        # is born inside it: nothing it starts can run outside the group a timeout kills.
+        # is born inside it: nothing it starts can run outside the group a timeout kills. This
+        # move may wait ~10 ms for an RCU grace period (see stub.py): the path without a stub.
         procs = os.open(f"{group}/cgroup.procs", os.O_WRONLY, dir_fd=self.freezer_fd)
         try:
             os.write(procs, b"0")
         finally:
             os.close(procs)
         try:
-            builtin = message.get("builtin")
-            pid = (_fork_builtin(str(builtin), message, fds, self.helper_caps) if builtin
-                   else _spawn_command(message, fds))
+            return (_fork_builtin(builtin, message, fds, self.helper_caps) if builtin
+                    else _spawn_command(message, fds))
         except BaseException:
             self.idle_groups.add(group)  # removed with the other empty groups
             raise
         finally:
             os.write(self.home_procs, b"0")
-        self.children[pid] = (conn, group)
-        return pid
+
+    def _refill(self) -> None:
+        try:
+            self.stubs.refill()
+        except OSError as exc:  # the init outlives it: commands take its own path
+            sys.stderr.write(f"hermes-sandboxes init: cannot make a stub: {exc}\n")
 
     def _restart_forwarder(self) -> None:
         """A command killed the proxy forwarder (``pkill python3`` would): start another, so the
@@ -199,6 +229,7 @@ class Init:
                 break
             entry = self.children.pop(pid, None)
             if entry is None:
+                self.stubs.reaped(pid)  # a stub killed from inside: commands take the init's path
                 if pid == self.forwarder_pid and self.start_forwarder is not None:
                     self._restart_forwarder()
                 continue
@@ -217,25 +248,6 @@ class Init:
                 pass  # a background process of that command still runs: keep its group
 
 
-_DEFAULT_SIGNALS = {signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
-                    signal.SIGQUIT, signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
-
-
-def _resolve(program: str, env: dict[str, str]) -> tuple[str | None, int]:
-    """The command's PATH lookup, done with the command's PATH (posix_spawnp would use ours), as a
-    shell does it: the first executable match, else 126 if only non-executable files matched,
-    else 127."""
-    candidates = [program] if "/" in program else [
-        os.path.join(directory or ".", program) for directory in env.get("PATH", "/usr/bin:/bin").split(":")]
-    found = False
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            if os.access(candidate, os.X_OK):
-                return candidate, 0
-            found = True
-    return None, 126 if found else 127
-
-
 def _fail(fds: list[int], message: str, code: int) -> int:
     """Report a command that cannot start the way a shell would: a message on its stderr and a
     child that exits with ``code`` (so the client sees an ordinary exit, not a protocol error)."""
@@ -247,34 +259,22 @@ def _fail(fds: list[int], message: str, code: int) -> int:
 
 
 def _spawn_command(message: dict[str, Any], fds: list[int]) -> int:
-    env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
-    shell = message.get("shell")
-    if shell is not None:
-        argv = ["/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh", "-c", str(shell)]
-    else:
-        argv = [str(a) for a in message.get("argv") or []]
-    if not argv:
-        return _fail(fds, "hermes-sandboxes: empty command", 127)
-    cwd = str(message.get("cwd") or "/root")
     try:
-        os.chdir(cwd)  # posix_spawn has no chdir here: the child inherits ours, restored below
-    except OSError as exc:
-        # 126, as a shell says "found but cannot be run": distinct from the command's own failures
-        return _fail(fds, f"hermes-sandboxes: cannot use {cwd} as working directory: {exc.strerror}", 126)
-    try:
-        path, code = _resolve(argv[0], env)
-        if path is None:
-            return _fail(fds, f"{argv[0]}: {'Permission denied' if code == 126 else 'command not found'}", code)
-        # posix_spawn (vfork + exec) costs a fraction of os.fork() of this Python process.
-        return os.posix_spawn(
-            path, argv, env,
-            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
-            setsid=True, setsigdef=_DEFAULT_SIGNALS,
-        )
-    except OSError as exc:
-        return _fail(fds, f"{argv[0]}: {exc.strerror}", 126)
-    finally:
-        os.chdir("/")
+        argv, env, cwd = command.command_line(message)
+        try:
+            path = command.enter(cwd, argv, env)  # posix_spawn has no chdir: the child inherits ours
+            # posix_spawn (vfork + exec) costs a fraction of os.fork() of this Python process.
+            return os.posix_spawn(
+                path, argv, env,
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
+                setsid=True, setsigdef=command.DEFAULT_SIGNALS,
+            )
+        except OSError as exc:
+            raise command.CannotStart(f"{argv[0]}: {exc.strerror}", 126) from None
+        finally:
+            os.chdir("/")
+    except command.CannotStart as exc:
+        return _fail(fds, exc.message, exc.code)
 
 
 def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: frozenset[int]) -> int:
@@ -285,7 +285,7 @@ def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: froz
     if pid == 0:
         try:
             signal.set_wakeup_fd(-1)
-            for sig in _DEFAULT_SIGNALS:
+            for sig in command.DEFAULT_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             sc.set_capabilities(caps)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
