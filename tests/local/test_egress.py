@@ -222,17 +222,22 @@ def test_a_proxy_that_died_is_started_again_by_the_next_command(
     assert init_state(plain)["egress"]["pid"] != proxy["pid"]
 
 
-FORWARDERS = "ps -eo pid=,ppid=,args= | awk '$2 == 1 && $3 == \"hermes-sandboxes-init\" {print $1}'"
+# (the init's stubs carry its command line too; their name tells them apart)
+FORWARDERS = ("ps -eo pid=,ppid=,comm=,args= | "
+              "awk '$2 == 1 && $3 != \"hermes-stub\" && $4 == \"hermes-sandboxes-init\" {print $1}'")
 
 
 def test_a_forwarder_killed_from_inside_is_started_again(plain: LocalSandbox, http_a: egress_kit.Server) -> None:
     """An agent's ``pkill python3`` takes the forwarder (a child of the init) with it; the init
     starts another."""
+    # exactly one, once any stub the init just forked has named itself
+    wait_for(lambda: len(sh(plain, FORWARDERS).stdout.split()) == 1, "one forwarder", timeout=10)
     forwarders = sh(plain, FORWARDERS).stdout.split()
     assert len(forwarders) == 1, forwarders
     sh(plain, f"kill -9 {forwarders[0]}")
     wait_for(lambda: plain.exec(f"{CURL} {http_a.url}/simple/hsbdemo/").exit_code == 0,
              "the network to come back through a new forwarder", timeout=10)
+    wait_for(lambda: len(sh(plain, FORWARDERS).stdout.split()) == 1, "one forwarder", timeout=10)
     again = sh(plain, FORWARDERS).stdout.split()
     assert len(again) == 1 and again != forwarders
 

@@ -66,6 +66,7 @@ def test_a_command_after_a_quiet_spell_is_a_stub_born_in_its_own_group(v1_sandbo
     stubs = _wait_ready(sb)
     proc = sb.start("exec sleep 60", tag="stubtag1")
     group = box_dir(sb, "freezer") / "xstubtag1"
+    wait_for(lambda: (group / "cgroup.procs").exists(), "the command's group")  # start() does not wait
     procs = [int(p) for p in (group / "cgroup.procs").read_text().split()]
     assert len(procs) == 1 and procs[0] in stubs  # the stub became the command, in the command's group
     wait_for(lambda: Path(f"/proc/{procs[0]}/comm").read_text().strip() == "sleep", "the exec of sleep")
