@@ -18,7 +18,10 @@ class _Deferred(ModuleType):
     def __getattr__(self, attribute: str) -> object:
         name = self.__name__
         module = sys.modules.get(name)
-        if module is None:
+        if module is None or getattr(module.__spec__, "_initializing", False):
+            # absent, or another thread is running its code right now: the import waits for that
+            # thread's import to end (reading through at once met a half-made module when threads
+            # destroyed sandboxes together: "partially initialized module ... has no attribute")
             __import__(name)
             module = sys.modules[name]
         return getattr(module, attribute)

@@ -16,6 +16,7 @@ registered get the same mount at once (hiding.py).
 
 from __future__ import annotations
 
+import _thread
 import glob
 import hashlib
 import os
@@ -47,7 +48,8 @@ def register_store(home: Path) -> bool:
     except OSError:
         pass
     STORE_REGISTRY.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = entry.with_name(f".{entry.name}.{os.getpid()}")
+    # per thread too: sandboxes created by threads of one process register the same store at once
+    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.{_thread.get_ident()}")
     tmp.write_text(path)
     os.replace(tmp, entry)
     return True
