@@ -74,6 +74,7 @@ from hermes_sandboxes.sandbox import (
     Command,
     ExecResult,
     FileChange,
+    Process,
     Sandbox,
 )
 from hermes_sandboxes.secrets import CredentialPlan, Redactor, SecretLookup, plan_credentials
@@ -315,25 +316,22 @@ class RecordedSandbox:
         written ahead that it starts, and its end journaled when ``wait()`` sees it. See
         ``CommandOptions`` for the options."""
         ready = self._prepare(command, options)
-        try:
-            inner = self._inner.start(command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
-                                      on_stdout=options.get("on_stdout"), on_stderr=options.get("on_stderr"),
-                                      **ready.tagged)
-        except SandboxError as exc:
-            self.record_exec(ready.text, None, 0.0, origin=ready.tags, error=str(exc), internal=ready.internal,
-                             exec_id=ready.id)
-            raise
-        return RecordedProcess(self, inner, ready.text, origin=ready.tags, internal=ready.internal,
-                               auto_checkpoint=ready.auto, verdict=ready.verdict, credentials=ready.plan,
-                               exec_id=ready.id)
+        return self._launched(ready, lambda: self._inner.start(
+            command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
+            on_stdout=options.get("on_stdout"), on_stderr=options.get("on_stderr"), **ready.tagged))
 
     def attach(self, command: Command, fds: tuple[int, int, int], **options: Unpack[CommandOptions]) -> RecordedProcess:
         """Run ``command`` on the caller's descriptors (an interactive shell on a terminal, see
         ``Sandbox.attach``) the recorded way, as ``start`` does: written ahead, its end journaled
         when ``wait()`` sees it. ``stdin``, ``on_stdout`` and ``on_stderr`` do not apply."""
         ready = self._prepare(command, options)
+        return self._launched(ready, lambda: self._inner.attach(
+            command, fds, cwd=options.get("cwd"), env=ready.env, **ready.tagged))
+
+    def _launched(self, ready: _Prepared, launch: Callable[[], Process]) -> RecordedProcess:
+        """``launch()``'s process, recorded as ``ready`` describes; a start that fails is journaled."""
         try:
-            inner = self._inner.attach(command, fds, cwd=options.get("cwd"), env=ready.env, **ready.tagged)
+            inner = launch()
         except SandboxError as exc:
             self.record_exec(ready.text, None, 0.0, origin=ready.tags, error=str(exc), internal=ready.internal,
                              exec_id=ready.id)
