@@ -129,26 +129,22 @@ def alive(pid: int) -> bool:
 
 def children_of(pid: int) -> list[int]:
     """The live children of ``pid``."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = entry.read_bytes().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != b"Z" and int(fields[1]) == pid:
-            found.append(int(entry.parent.name))
-    return found
+    return _children(pid, zombies=False)
 
 
 def zombies_of(pid: int) -> list[int]:
     """The children of ``pid`` that ended and were not reaped."""
+    return _children(pid, zombies=True)
+
+
+def _children(pid: int, *, zombies: bool) -> list[int]:
     found = []
     for entry in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = entry.read_bytes().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if fields[0] == b"Z" and int(fields[1]) == pid:
+        if (fields[0] == b"Z") == zombies and int(fields[1]) == pid:
             found.append(int(entry.parent.name))
     return found
 
