@@ -17,14 +17,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError
+from hermes_sandboxes.hermes import naming
+from hermes_sandboxes.hermes.providers import active, registered
 from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.secrets import Redactor
 
-from . import naming
-from .providers import active, registered
-
 if TYPE_CHECKING:
-    from .provider import SandboxProvider
+    from hermes_sandboxes.hermes.provider import SandboxProvider
 
 
 def _setup(parser: argparse.ArgumentParser) -> None:

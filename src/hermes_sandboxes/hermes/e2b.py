@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
+from hermes_sandboxes.hermes.config import active_hermes_home
+from hermes_sandboxes.hermes.provider import SandboxProvider
+from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.sandbox import Backend, Sandbox
 from hermes_sandboxes.settings import BackendSettings
-
-from .config import active_hermes_home
-from .provider import SandboxProvider
-from .secrets import hermes_profile_secret
 
 API_KEY = "E2B_API_KEY"
 

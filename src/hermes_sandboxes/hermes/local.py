@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from hermes_sandboxes.hermes.provider import SandboxProvider
+from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.sandbox import Backend
 from hermes_sandboxes.settings import BackendSettings
-
-from .provider import SandboxProvider
-from .secrets import hermes_profile_secret
 
 
 class LocalProvider(SandboxProvider):

@@ -32,7 +32,7 @@ def register_provider(ctx: Any, provider_class: str) -> None:
         logger.warning("hermes-sandboxes: the %s backend is unavailable (%s)", provider_class, exc)
         return
     ctx.register_terminal_environment_provider(provider)
-    from .providers import remember
+    from hermes_sandboxes.hermes.providers import remember
 
     remember(provider)
     with _shared_lock:
@@ -41,11 +41,11 @@ def register_provider(ctx: Any, provider_class: str) -> None:
         _shared_done.add(manager)
     if not first:
         return
-    from .tools import register_tools
+    from hermes_sandboxes.hermes.tools import register_tools
 
     register_tools(ctx)
     if hasattr(ctx, "register_cli_command"):
-        from .cli import register_cli
+        from hermes_sandboxes.hermes.cli import register_cli
 
         register_cli(ctx)
     else:

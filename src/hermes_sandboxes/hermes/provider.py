@@ -34,16 +34,15 @@ from tools.environments.base import EnvironmentConnectionError
 
 from hermes_sandboxes import backends
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError
+from hermes_sandboxes.hermes import allowlist, naming
+from hermes_sandboxes.hermes.config import load_settings, settings_path
+from hermes_sandboxes.hermes.environment import EnvironmentOptions, SandboxEnvironment
+from hermes_sandboxes.hermes.runtime import RUNTIME
+from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.recorder import RecordedSandbox
 from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
 from hermes_sandboxes.secrets import CLOUD_SECRET_KEYS, Redactor
 from hermes_sandboxes.settings import BackendSettings, InvalidSettings
-
-from . import allowlist, naming
-from .config import load_settings, settings_path
-from .environment import EnvironmentOptions, SandboxEnvironment
-from .runtime import RUNTIME
-from .secrets import hermes_profile_secret
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +170,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
                 "they are valid."]
 
     def doctor_checks(self) -> list[tuple[bool, str, str]]:
-        from .doctor import doctor_rows
+        from hermes_sandboxes.hermes.doctor import doctor_rows
 
         return doctor_rows(self)
 

@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .provider import SandboxProvider
+    from hermes_sandboxes.hermes.provider import SandboxProvider
 
 _lock = threading.Lock()
 _providers: dict[str, SandboxProvider] = {}

@@ -22,13 +22,12 @@ import re
 import secrets
 
 from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.hermes.naming import Profile
+from hermes_sandboxes.hermes.provider import SandboxProvider
+from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.identity import MAX_NAME_LENGTH, validate_name
 from hermes_sandboxes.sandbox import Backend
 from hermes_sandboxes.settings import BackendSettings
-
-from .naming import Profile
-from .provider import SandboxProvider
-from .secrets import hermes_profile_secret
 
 DIGEST_LENGTH = 12
 TOKEN_NAMES = ("SPRITES_TOKEN", "SPRITE_TOKEN")

@@ -45,10 +45,9 @@ from typing import Any
 
 from hermes_sandboxes import archive, recovery
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound
+from hermes_sandboxes.hermes.config import SYNC_BACK_MAX_BYTES_KEY, sync_back_max_bytes
 from hermes_sandboxes.sandbox import Sandbox
 from hermes_sandboxes.settings import InvalidSettings
-
-from .config import SYNC_BACK_MAX_BYTES_KEY, sync_back_max_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.hermes.environment import SandboxEnvironment
+from hermes_sandboxes.hermes.providers import active
 from hermes_sandboxes.recorder import StoriedCheckpoint
 from hermes_sandboxes.sandbox import Capability
-
-from .environment import SandboxEnvironment
-from .providers import active
 
 logger = logging.getLogger(__name__)
 

@@ -16,10 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fakes.sprites.server import FakeSprites
 from hermes_sandboxes.backends.local import LocalBackend
 from tests.conftest import teardown_backend
-
-from .server import FakeSprites
 
 
 def main() -> int:

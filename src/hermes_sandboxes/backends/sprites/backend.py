@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from hermes_sandboxes.backends.sprites.api import API
+from hermes_sandboxes.backends.sprites.sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
 from hermes_sandboxes.backends.sprites_settings import SpritesSettings, find_token
 from hermes_sandboxes.errors import (
     BackendUnavailable,
@@ -36,9 +38,6 @@ from hermes_sandboxes.errors import (
 )
 from hermes_sandboxes.identity import unique_name, validate_name
 from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
-
-from .api import API
-from .sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
 
 log = logging.getLogger(__name__)
 _CREATING = ("creating", "provisioning", "pending", "starting")

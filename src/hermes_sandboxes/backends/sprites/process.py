@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any
 from sprites.session import kill_session
 from websockets.exceptions import ConnectionClosed
 
+from hermes_sandboxes.backends.sprites.wire import ExecSocket, Lost
 from hermes_sandboxes.errors import SandboxError, SandboxUnreachable
 from hermes_sandboxes.pump import Emit, PumpedProcess
 from hermes_sandboxes.sandbox import OutputSink, Stdin
 
-from .wire import ExecSocket, Lost
-
 if TYPE_CHECKING:
-    from .sandbox import SpritesSandbox
+    from hermes_sandboxes.backends.sprites.sandbox import SpritesSandbox
 
 log = logging.getLogger(__name__)
 KILL_SIGNAL = "SIGTERM"

@@ -16,6 +16,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hermes_sandboxes.backends.sprites.api import MAX_RETRY_SLEEP_S
+from hermes_sandboxes.backends.sprites.process import (
+    KILL_GRACE_S,
+    KILL_SIGNAL,
+    SpritesProcess,
+    TerminalProcess,
+    terminal_size,
+)
+from hermes_sandboxes.backends.sprites.wire import ExecCall, ExecSocket, Lost, Refused
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     InvalidInput,
@@ -38,14 +47,10 @@ from hermes_sandboxes.sandbox import (
     check_tag,
 )
 
-from .api import MAX_RETRY_SLEEP_S
-from .process import KILL_GRACE_S, KILL_SIGNAL, SpritesProcess, TerminalProcess, terminal_size
-from .wire import ExecCall, ExecSocket, Lost, Refused
-
 if TYPE_CHECKING:
     from sprites import Sprite
 
-    from .backend import SpritesBackend
+    from hermes_sandboxes.backends.sprites.backend import SpritesBackend
 
 EPHEMERAL_LABEL = "hermes-sandboxes-ephemeral"
 NOT_FOUND_EXIT = 66
