@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 import e2b  # noqa: E402
 
 from hermes_sandboxes.backends.e2b import E2BBackend  # noqa: E402
-from hermes_sandboxes.backends.e2b_settings import E2BSettings  # noqa: E402
+from hermes_sandboxes.backends.e2b.settings import E2BSettings  # noqa: E402
 
 if TYPE_CHECKING:
     from tests.fakes.e2b import FakeE2B

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.backends.local.store import BtrfsStore
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.backends.local.store.base import BtrfsStore
+from hermes_sandboxes.names import unique_name
 
 HERE = Path(__file__).resolve().parent
 LAYERS = {"1MB": (1 << 20, 100), "100MB": (100 << 20, 3_000), "700MB": (700 << 20, 20_000)}

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hermes_sandboxes.journal import CheckpointRecord, ExecRecord, Journal
+from hermes_sandboxes.recorder.journal import CheckpointRecord, ExecRecord, Journal
 
 TARGET_MS = 2.0
 RESULTS = Path(__file__).resolve().parent / "results" / "journal.json"

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, treediff
-from hermes_sandboxes.backends.local.store import BtrfsStore
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local.store import treediff
+from hermes_sandboxes.backends.local.store.base import BtrfsStore
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
 
 HERE = Path(__file__).resolve().parent

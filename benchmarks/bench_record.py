@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.backends.local.store import BtrfsStore
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.backends.local.store.base import BtrfsStore
+from hermes_sandboxes.recorder.state import HostState
 
 RESULTS = Path(__file__).resolve().parent / "results" / "record.json"
 

@@ -4,7 +4,7 @@ Run (as root, the fake's sandboxes are local sandboxes): python benchmarks/bench
 Writes benchmarks/results/resync.json and prints a summary.
 
 A Hermes home with N skill files (1,000 by default) is pushed through the Hermes plugin's file sync
-(hermes_sandboxes.hermes.sync) three times:
+(hermes_sandboxes.hermes.sync.filesync) three times:
 - the first push into a fresh sandbox: one write per file;
 - the full push of a new session resuming that sandbox (what a resume, a take-over or the re-sync after
   a checkpoint restore does): one listing of the sandbox's digests, then writes only for what differs
@@ -46,7 +46,7 @@ def push(fake: Any, sync: Any, *, learn: bool) -> dict[str, Any]:
 
 def run(files: int) -> dict[str, Any]:
     from hermes_sandboxes.backends.e2b import E2BBackend
-    from hermes_sandboxes.backends.e2b_settings import E2BSettings
+    from hermes_sandboxes.backends.e2b.settings import E2BSettings
     from tests.conftest import make_backend, teardown_backend
     from tests.fakes.e2b import API_KEY, FakeE2B
 
@@ -57,7 +57,7 @@ def run(files: int) -> dict[str, Any]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"skill text {i}\n" * 10)
     os.environ["HERMES_HOME"] = str(home)
-    from hermes_sandboxes.hermes.sync import SandboxFileSync
+    from hermes_sandboxes.hermes.sync.filesync import SandboxFileSync
 
     local = make_backend(home / "store", image_size="4G")
     try:

@@ -38,7 +38,7 @@ os.environ["SPRITES_CLIENT_SIGNALS"] = "0"
 from sprites import SpritesClient  # noqa: E402
 
 from hermes_sandboxes.backends.sprites import SpritesBackend, SpritesSandbox  # noqa: E402
-from hermes_sandboxes.backends.sprites_settings import SpritesSettings  # noqa: E402
+from hermes_sandboxes.backends.sprites.settings import SpritesSettings  # noqa: E402
 
 TARGETS = {"exec_overhead_ratio_max": 1.2, "print_1gb_peak_rss_mb_max": 64, "sync_requests_per_file": 1}
 

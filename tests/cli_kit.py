@@ -27,7 +27,7 @@ from click.testing import CliRunner, Result
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.cli import cli
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
 
 CLI = [sys.executable, "-m", "hermes_sandboxes.cli"]
 

@@ -17,8 +17,8 @@ except ImportError:  # imported as tests.conftest (the fakes' and benchmarks' he
     from tests import warm_kit
 
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.backends.local.store import BtrfsStore
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.backends.local.store.base import BtrfsStore
+from hermes_sandboxes.names import unique_name
 
 ROOT_REASON = "the local sandbox needs root; CI and development machines of this project run as root"
 

@@ -17,8 +17,8 @@ from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.backends.local.settings import LocalSettings
 from hermes_sandboxes.cli import cli
 from hermes_sandboxes.errors import MissingDependency
-from hermes_sandboxes.identity import unique_name
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.state import HostState
 
 home, box = cli_kit.home, cli_kit.box
 

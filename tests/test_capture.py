@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_sandboxes.capture import BoundedCapture
 from hermes_sandboxes.sandbox import Sandbox
+from hermes_sandboxes.util.capture import BoundedCapture
 
 
 def test_small_output_is_kept_whole() -> None:

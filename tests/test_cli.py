@@ -22,9 +22,9 @@ from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.cli import cli, signals
 from hermes_sandboxes.cli.running import run_command
 from hermes_sandboxes.cli.session import Session
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Process
-from hermes_sandboxes.state import HostState
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 

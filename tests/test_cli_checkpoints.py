@@ -12,8 +12,8 @@ import pytest
 from cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.identity import unique_name
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.state import HostState
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 

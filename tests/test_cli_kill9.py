@@ -25,7 +25,7 @@ import warm_kit
 from cli_kit import CLI, Pty, as_json, hs, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 
 home, box = cli_kit.home, cli_kit.box
 

@@ -17,7 +17,7 @@ import cli_kit
 from cli_kit import CLI, as_json, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 
 home, box = cli_kit.home, cli_kit.box
 

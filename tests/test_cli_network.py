@@ -16,10 +16,10 @@ import pytest
 from cli_kit import as_json, assert_one_line_error, hs, ok
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.identity import unique_name
-from hermes_sandboxes.journal import AllowRecord, Journal
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.journal import AllowRecord, Journal
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import SandboxSpec
-from hermes_sandboxes.state import HostState
 from tests.local import egress_kit
 from tests.local.kit import init_state
 
@@ -91,7 +91,7 @@ _RACER = """
 import os, sys, time
 from hermes_sandboxes.cli import main
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 print("ready", flush=True)
 go, face, home, name, host = sys.argv[1:]
 while not os.path.exists(go):

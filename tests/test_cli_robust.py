@@ -21,7 +21,7 @@ import pytest
 from cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
 
 home, box = cli_kit.home, cli_kit.box
 
@@ -239,7 +239,7 @@ main()
 """
 
 
-@pytest.mark.parametrize("module", ["click", "rich.console", "hermes_sandboxes.recorder"])
+@pytest.mark.parametrize("module", ["click", "rich.console", "hermes_sandboxes.recorder.sandbox"])
 def test_ctrl_c_during_start_up_prints_no_traceback(home: Path, module: str) -> None:
     done = subprocess.run([CLI[0], "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home), "ls"],
                           capture_output=True, timeout=60, check=False)
@@ -342,10 +342,10 @@ def test_exec_imports_neither_click_rich_pydantic_nor_the_risk_parser_once_setti
 # settings validation, the risk parser, dataclasses (inspect, ast) and typing, hashlib (OpenSSL),
 # logging, subprocess, the store, launcher and egress policy of the local backend.
 _NOT_ON_THE_EXEC_PATH = {
-    "click", "rich", "pydantic", "yaml", "hermes_sandboxes.config", "hermes_sandboxes.settings",
-    "hermes_sandboxes.risk.scan", "hermes_sandboxes.risk.shell", "hermes_sandboxes.diffsummary",
+    "click", "rich", "pydantic", "yaml", "hermes_sandboxes.cli.config", "hermes_sandboxes.settings",
+    "hermes_sandboxes.risk.scan", "hermes_sandboxes.risk.shell", "hermes_sandboxes.recorder.diffsummary",
     "dataclasses", "inspect", "typing", "hashlib", "logging", "subprocess", "shutil", "secrets", "random",
-    "importlib.util", "hermes_sandboxes.backends.local.store", "hermes_sandboxes.backends.local.launcher",
+    "importlib.util", "hermes_sandboxes.backends.local.store.base", "hermes_sandboxes.backends.local.launcher",
     "hermes_sandboxes.egress.policy",
 }
 
@@ -362,7 +362,7 @@ def test_exec_of_a_plain_command_imports_only_what_running_and_recording_it_need
     modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
                if line.startswith("import time:")}
     assert done.returncode == 0, done
-    assert "hermes_sandboxes.recorder" in modules and "hermes_sandboxes.journal" in modules, modules
+    assert "hermes_sandboxes.recorder.sandbox" in modules and "hermes_sandboxes.recorder.journal" in modules, modules
     assert not _NOT_ON_THE_EXEC_PATH & modules, sorted(_NOT_ON_THE_EXEC_PATH & modules)
     assert [r["command"] for r in log_of(home, box.name)] == ["true", "true"]  # recorded all the same
 

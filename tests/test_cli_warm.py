@@ -28,7 +28,7 @@ import warm_kit
 from cli_kit import CLI, as_json, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 
 home, box = cli_kit.home, cli_kit.box
 
@@ -430,7 +430,7 @@ def test_the_worker_takes_on_the_clients_environment_directory_umask_and_ignored
 
 # What the warm client must never import: each would cost a warm call start-up for nothing
 _NOT_IN_THE_CLIENT = {"json", "pathlib", "threading", "signal", "enum", "re", "collections", "typing",
-                      "hermes_sandboxes.cli.fast", "hermes_sandboxes.recorder", "click"}
+                      "hermes_sandboxes.cli.fastpath.inprocess", "hermes_sandboxes.recorder.sandbox", "click"}
 
 
 def test_a_warm_call_imports_only_the_client(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
@@ -444,11 +444,11 @@ def test_a_warm_call_imports_only_the_client(home: Path, box: LocalSandbox, rt: 
         done = subprocess.run(argv, env=rt, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
         modules = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines()
                    if line.startswith("import time:")}
-        if "hermes_sandboxes.cli.fast" not in modules or time.monotonic() > deadline:
+        if "hermes_sandboxes.cli.fastpath.inprocess" not in modules or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     assert done.returncode == 0, done
-    assert "hermes_sandboxes.cli.warm" in modules and not _NOT_IN_THE_CLIENT & modules, sorted(modules)
+    assert "hermes_sandboxes.cli.fastpath.warm" in modules and not _NOT_IN_THE_CLIENT & modules, sorted(modules)
 
 
 def _any_socket(env: dict[str, str]) -> bool:
@@ -500,7 +500,9 @@ def test_a_worker_starts_a_stopped_sandbox_whose_init_outlives_it_as_it_outlives
     assert json.loads(init_state.read_text())["pid"] == init  # the same init served the next call
 
 
-@pytest.mark.parametrize("module", ["hermes_sandboxes.cli.warm", "_socket", "hermes_sandboxes.cli.fast"])
+@pytest.mark.parametrize(
+    "module", ["hermes_sandboxes.cli.fastpath.warm", "_socket", "hermes_sandboxes.cli.fastpath.inprocess"]
+)
 def test_ctrl_c_while_the_exec_path_starts_up_prints_no_traceback(home: Path, rt: dict[str, str], module: str) -> None:
     from test_cli_robust import INTERRUPTED_WHILE_IMPORTING
 

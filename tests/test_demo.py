@@ -7,9 +7,9 @@ from click.testing import CliRunner
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli import cli
-from hermes_sandboxes.cli.demo import Demo
+from hermes_sandboxes.cli.commands.demo import Demo
 from hermes_sandboxes.cli.output import Ui
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 
 
 def test_the_demo_passes_end_to_end_and_leaves_no_sandbox_behind(local_backend: LocalBackend) -> None:

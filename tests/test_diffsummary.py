@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_sandboxes.diffsummary import DirStats, full_listing, stats, summarize
+from hermes_sandboxes.recorder.diffsummary import DirStats, full_listing, stats, summarize
 from hermes_sandboxes.sandbox import ChangeKind, FileChange
 
 A, M, D = ChangeKind.ADDED, ChangeKind.MODIFIED, ChangeKind.DELETED

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.journal import (
+from hermes_sandboxes.recorder.journal import (
     MAX_FIELD_CHARS,
     AllowRecord,
     CheckpointDeleteRecord,
@@ -29,7 +29,7 @@ from hermes_sandboxes.journal import (
     RestoreRecord,
     command_text,
 )
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 
 # A writer that appends as fast as it can and acknowledges each append on stdout once append()
 # has returned, so the parent knows which entries it was promised.
@@ -37,7 +37,7 @@ WRITER = textwrap.dedent(
     """
     import hashlib, os, sys
     from pathlib import Path
-    from hermes_sandboxes.journal import ExecRecord, Journal
+    from hermes_sandboxes.recorder.journal import ExecRecord, Journal
 
     path, tag, count, durable = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
     journal = Journal(path, durable=durable)

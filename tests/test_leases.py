@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.leases import NotAdmitted, WriterLease
+from hermes_sandboxes.hermes.sync.leases import NotAdmitted, WriterLease
 
 _CHILD = textwrap.dedent("""
     import sys
-    from hermes_sandboxes.leases import WriterLease
+    from hermes_sandboxes.hermes.sync.leases import WriterLease
     lease = WriterLease(sys.argv[1], sys.argv[2], label="box")
     print("writer" if lease.try_acquire() else "reader", flush=True)
     for line in sys.stdin:
@@ -146,7 +146,7 @@ def test_a_destroyed_sandboxs_lease_files_are_discarded_unless_held(tmp_path: Pa
 
 _HAMMER = textwrap.dedent("""
     import os, sys
-    from hermes_sandboxes.leases import WriterLease
+    from hermes_sandboxes.hermes.sync.leases import WriterLease
     directory, rounds = sys.argv[1], int(sys.argv[2])
     lease = WriterLease(directory, "e2b-123/work")
     held = 0
@@ -179,7 +179,7 @@ def test_removing_the_lock_file_never_lets_two_processes_be_the_writer(tmp_path:
 _HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from hermes_sandboxes.leases import exclusive
+    from hermes_sandboxes.hermes.sync.leases import exclusive
     with exclusive(Path(sys.argv[1]), what="holding"):
         print("held", flush=True)
         sys.stdin.readline()
@@ -188,7 +188,7 @@ _HOLDER = textwrap.dedent("""
 
 def test_an_exclusive_lock_waits_for_its_holder_and_names_what_it_guards(tmp_path: Path) -> None:
     from hermes_sandboxes.errors import SandboxError
-    from hermes_sandboxes.leases import exclusive
+    from hermes_sandboxes.hermes.sync.leases import exclusive
 
     path = tmp_path / "locks" / "box.allow.lock"
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdin=subprocess.PIPE,

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from hermes_sandboxes.pump import Emit, PumpedProcess
+from hermes_sandboxes.backends.pump import Emit, PumpedProcess
 
 
 class Ticker(PumpedProcess):

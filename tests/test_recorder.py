@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput
-from hermes_sandboxes.identity import unique_name
-from hermes_sandboxes.journal import (
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.journal import (
     AllowRecord,
     CheckpointDeleteRecord,
     CheckpointRecord,
@@ -20,9 +20,9 @@ from hermes_sandboxes.journal import (
     Journal,
     RestoreRecord,
 )
-from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import ChangeKind, Sandbox, SandboxSpec
-from hermes_sandboxes.state import HostState
 
 Factory = Callable[..., RecordedSandbox]
 
@@ -244,7 +244,7 @@ def test_checkpoint_show_and_missing_checkpoints(record: Factory) -> None:
 
 
 def test_destroy_is_recorded_and_ends_the_story(local_backend: Any, tmp_path: Path) -> None:
-    from hermes_sandboxes.identity import unique_name
+    from hermes_sandboxes.names import unique_name
 
     sandbox = local_backend.create(unique_name("rec"))
     recorded = HostState(tmp_path, durable=False).recorded(sandbox)

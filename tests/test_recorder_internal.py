@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_sandboxes.journal import CheckpointRecord, ExecRecord
+from hermes_sandboxes.recorder.journal import CheckpointRecord, ExecRecord
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Sandbox
-from hermes_sandboxes.state import HostState
 
 KERNEL = "/tmp/hermes_rkernel_0123abcd4567"
 AGENTS = f"mkdir -p {KERNEL} && echo x > {KERNEL}/scratch && echo n > /root/note"  # the agent's own change

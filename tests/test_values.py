@@ -1,4 +1,4 @@
-"""hermes_sandboxes.values: value classes that behave as the standard library's dataclasses."""
+"""hermes_sandboxes.util.values: value classes that behave as the standard library's dataclasses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from hermes_sandboxes.values import dataclass, field
+from hermes_sandboxes.util.values import dataclass, field
 
 
 @dataclass(frozen=True, kw_only=True)

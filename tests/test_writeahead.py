@@ -13,10 +13,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from hermes_sandboxes import liveness
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.intents import Markers
-from hermes_sandboxes.journal import (
+from hermes_sandboxes.recorder import liveness
+from hermes_sandboxes.recorder.journal import (
     AbandonedRecord,
     CheckpointRecord,
     CheckpointStartRecord,
@@ -26,10 +25,11 @@ from hermes_sandboxes.journal import (
     RestoreRecord,
     RestoreStartRecord,
 )
-from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox
+from hermes_sandboxes.recorder.state import HostState
+from hermes_sandboxes.recorder.story import as_shown, fold_story
+from hermes_sandboxes.recorder.writeahead import Markers
 from hermes_sandboxes.sandbox import Sandbox
-from hermes_sandboxes.state import HostState
-from hermes_sandboxes.story import as_shown, fold_story
 
 
 def dead_process() -> liveness.ProcessIdentity:
@@ -98,8 +98,8 @@ def test_internal_starts_stay_out_of_the_story_unless_asked_for() -> None:
 
 WRITER = textwrap.dedent("""
     import sys
-    from hermes_sandboxes import liveness
-    from hermes_sandboxes.journal import ExecStartRecord, Journal
+    from hermes_sandboxes.recorder import liveness
+    from hermes_sandboxes.recorder.journal import ExecStartRecord, Journal
     journal, tag = Journal(sys.argv[1], durable=False), sys.argv[2]
     for i in range(int(sys.argv[3])):
         begun = journal.append(ExecStartRecord(sandbox="box", id=f"{tag}-{i}", command=f"{tag} {i}",
@@ -108,7 +108,7 @@ WRITER = textwrap.dedent("""
 """)
 SETTLER = textwrap.dedent("""
     import os, sys
-    from hermes_sandboxes.journal import Journal
+    from hermes_sandboxes.recorder.journal import Journal
     journal, stop, settled, rounds = Journal(sys.argv[1], durable=False), sys.argv[2], 0, 0
     while True:
         last = os.path.exists(stop)
@@ -244,7 +244,7 @@ def test_a_dead_processs_checkpoint_is_adopted_with_its_story_or_abandoned(sandb
 def test_a_marker_names_its_process_so_a_listing_finds_the_dead_ones(tmp_path: Path) -> None:
     markers = Markers(tmp_path / "j.jsonl")
     markers.add("mine")
-    child = ("import sys; from pathlib import Path; from hermes_sandboxes.intents import Markers; "
+    child = ("import sys; from pathlib import Path; from hermes_sandboxes.recorder.writeahead import Markers; "
              "Markers(Path(sys.argv[1])).add('theirs')")
     subprocess.run([sys.executable, "-c", child, str(tmp_path / "j.jsonl")], check=True)  # it exits: dead
     assert markers.dead() == ["theirs"] and markers.any()
@@ -257,7 +257,7 @@ API_RECORDER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from hermes_sandboxes.backends.local import LocalBackend
-    from hermes_sandboxes.state import HostState
+    from hermes_sandboxes.recorder.state import HostState
     sandbox = LocalBackend(Path(sys.argv[1])).get(sys.argv[2])
     recorded = HostState(Path(sys.argv[3]), durable=False).recorded(sandbox)
     recorded.exec("exec sleep 631", on_stdout=print)

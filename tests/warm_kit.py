@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from hermes_sandboxes.cli import warm
+from hermes_sandboxes.cli.fastpath import warm
 
 SWITCH = warm.SWITCH
 WARM_OFF = {SWITCH: "0"}
-_SERVER_MARK = b"hermes_sandboxes.cli.warmserver"
+_SERVER_MARK = b"hermes_sandboxes.cli.fastpath.server"
 
 
 def runtime_dir(env: dict[str, str] | None = None) -> Path:

@@ -46,9 +46,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
-from hermes_sandboxes.capture import BoundedCapture
 from hermes_sandboxes.errors import InvalidInput, SandboxUnreachable, Unsupported
-from hermes_sandboxes.values import dataclass, field
+from hermes_sandboxes.util.capture import BoundedCapture
+from hermes_sandboxes.util.values import dataclass, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.identity import NAME_RE
+from hermes_sandboxes.names import NAME_RE
 from hermes_sandboxes.sandbox import NETWORK_MODES, Limits, NetworkMode, SandboxSpec
-from hermes_sandboxes.units import parse_duration, parse_size
+from hermes_sandboxes.util.units import parse_duration, parse_size
 
 MAX_PREFIX_LENGTH = 40
 DEFAULT_NAME_PREFIX = "hermes"

@@ -21,7 +21,7 @@ if _REPO not in sys.path:  # the helpers are imported as tests.contract.*, howev
     sys.path.insert(0, _REPO)
 
 from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
-from hermes_sandboxes.identity import unique_name  # noqa: E402
+from hermes_sandboxes.names import unique_name  # noqa: E402
 from hermes_sandboxes.sandbox import Backend, Sandbox  # noqa: E402
 from tests.contract import degraded  # noqa: E402
 
@@ -46,7 +46,7 @@ def _sprites(local: LocalBackend) -> Iterator[Backend]:
     """The Sprites backend over a loopback fake Sprites API whose Sprites are local sandboxes."""
     os.environ["SPRITES_CLIENT_SIGNALS"] = "0"  # no agent-detection headers from the SDK
     from hermes_sandboxes.backends.sprites import SpritesBackend
-    from hermes_sandboxes.backends.sprites_settings import SpritesSettings
+    from hermes_sandboxes.backends.sprites.settings import SpritesSettings
     from tests.fakes.sprites import FakeSprites
 
     fake = FakeSprites(local, local_prefix=f"fct{os.getpid()}x{next(_FAKES)}").start()

@@ -4,7 +4,7 @@ HERMES_HOME (``plugins/sandbox_degraded``)."""
 
 from __future__ import annotations
 
-from hermes_sandboxes.hermes.provider import SandboxProvider
+from hermes_sandboxes.hermes.providers.base import SandboxProvider
 
 
 class DegradedProvider(SandboxProvider):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput, Unsupported
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.sandbox import Backend, Capability, ChangeKind, Sandbox, SandboxSpec
 
 

@@ -117,7 +117,7 @@ def test_file_paths_are_absolute_and_writes_create_parents(sandbox: Sandbox) -> 
 
 def test_open_says_whether_it_created_and_never_adopts_an_ephemeral_sandbox(backend: Backend) -> None:
     from hermes_sandboxes.errors import SandboxExists
-    from hermes_sandboxes.identity import unique_name
+    from hermes_sandboxes.names import unique_name
 
     name = unique_name("ct")
     first = backend.open(name)
@@ -143,7 +143,7 @@ def test_stop_keeps_the_files_and_the_next_command_starts_it_again(sandbox: Sand
 
 def test_destroy_is_idempotent_and_a_destroyed_sandbox_is_not_found(backend: Backend) -> None:
     from hermes_sandboxes.errors import SandboxNotFound
-    from hermes_sandboxes.identity import unique_name
+    from hermes_sandboxes.names import unique_name
 
     sb = backend.create(unique_name("ct"))
     sb.destroy()

@@ -14,8 +14,8 @@ from click.testing import CliRunner, Result
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli import cli
-from hermes_sandboxes.identity import unique_name
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.state import HostState
 from tests.contract import degraded
 
 

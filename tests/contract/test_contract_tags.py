@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes import liveness
 from hermes_sandboxes.errors import InvalidInput, Unsupported
-from hermes_sandboxes.records import ExecRecord, ExecStartRecord
+from hermes_sandboxes.recorder import liveness
+from hermes_sandboxes.recorder.records import ExecRecord, ExecStartRecord
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Backend, Capability, Sandbox
-from hermes_sandboxes.state import HostState
 
 
 def _sleeps(sandbox: Sandbox) -> set[str]:

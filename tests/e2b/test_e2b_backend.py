@@ -16,7 +16,7 @@ import e2b
 import pytest
 
 from hermes_sandboxes.backends.e2b import E2BBackend, E2BSandbox, scope_digest
-from hermes_sandboxes.backends.e2b_settings import E2BSettings
+from hermes_sandboxes.backends.e2b.settings import E2BSettings
 from hermes_sandboxes.errors import (
     AuthenticationFailed,
     CheckpointNotFound,

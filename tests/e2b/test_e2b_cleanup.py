@@ -122,7 +122,7 @@ def test_ctrl_c_during_the_pull_back_still_destroys_the_sandbox_and_is_raised_ag
 @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "ephemeral"])
 def test_a_finalised_environment_never_pulls_and_only_an_ephemeral_sandbox_is_destroyed(
         fake: FakeE2B, hermes_home: Path, persistent: bool) -> None:
-    from hermes_sandboxes.hermes.e2b import E2BProvider
+    from hermes_sandboxes.hermes.providers.e2b import E2BProvider
 
     provider = E2BProvider()
     env = provider.create_environment(cwd="", timeout=60, task_id="t-final",

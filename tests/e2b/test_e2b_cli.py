@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from hermes_sandboxes.cli import cli
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
 from tests.fakes.e2b import API_KEY, FakeE2B
 
 

@@ -93,8 +93,8 @@ def _record(seen: list[tuple[str, str, str]]) -> None:
     from hermes_cli.plugins import discover_plugins
     from model_tools import handle_function_call
 
-    from hermes_sandboxes.journal import command_text
-    from hermes_sandboxes.recorder import RecordedSandbox
+    from hermes_sandboxes.recorder.journal import command_text
+    from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 
     current = {"tool": "setup"}
     start = RecordedSandbox.start

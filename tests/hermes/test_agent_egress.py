@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from fakes.model_server import call, say
 
-from hermes_sandboxes.journal import AllowRecord, Journal
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.journal import AllowRecord, Journal
+from hermes_sandboxes.recorder.state import HostState
 from tests.local import egress_kit
 
 if TYPE_CHECKING:

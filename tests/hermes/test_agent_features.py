@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 from cli_kit import Pty
 
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.state import HostState
 
 if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness
@@ -185,7 +185,7 @@ def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -
 
 
 def test_the_dashboard_probe_and_setup_instructions_tell_what_is_missing(hermes: HermesHarness) -> None:
-    from hermes_sandboxes.hermes.local import LocalProvider
+    from hermes_sandboxes.hermes.providers.local import LocalProvider
 
     provider = LocalProvider()
     assert provider.probe() == ("ready", "")

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hermes_sandboxes.journal import EgressRecord, Journal
-from hermes_sandboxes.state import HostState
+from hermes_sandboxes.recorder.journal import EgressRecord, Journal
+from hermes_sandboxes.recorder.state import HostState
 from tests.local import egress_kit
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from hermes_sandboxes.journal import CheckpointNamedRecord
+from hermes_sandboxes.recorder.journal import CheckpointNamedRecord
 
 if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness

@@ -16,10 +16,10 @@ from hermes_sandboxes.hermes.naming import (
     require_within_prefix,
     task_key_for_scope,
 )
-from hermes_sandboxes.identity import is_valid_name
-from hermes_sandboxes.secrets import Redactor, StreamRedactor, plan_credentials, programs_invoked
+from hermes_sandboxes.names import is_valid_name
+from hermes_sandboxes.recorder.credentials import Redactor, StreamRedactor, plan_credentials, programs_invoked
 from hermes_sandboxes.settings import InvalidSettings, validate_settings
-from hermes_sandboxes.units import parse_size
+from hermes_sandboxes.util.units import parse_size
 
 DEFAULT = Profile("default", "/root/.hermes")
 WORK = Profile("work", "/root/.hermes/profiles/work")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.sandbox import ExecResult, SandboxSpec
 from tests.conftest import teardown_backend
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, treediff
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local.store import treediff
 from hermes_sandboxes.sandbox import FileChange
 from tests.local.kit import new_sandbox, sh, temp_backend
 

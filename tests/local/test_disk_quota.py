@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, btrfstree
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.backends.local.store import btrfstree
 from hermes_sandboxes.errors import InvalidInput, Unsupported
 from hermes_sandboxes.sandbox import DoctorCheck, Limits, SandboxSpec
 from tests.local.kit import killed_at, new_sandbox, sh, temp_backend

@@ -20,9 +20,9 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.egress.broker import BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.journal import EgressRecord, Journal
+from hermes_sandboxes.recorder.journal import EgressRecord, Journal
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import SandboxSpec
-from hermes_sandboxes.state import HostState
 from tests.cli_kit import hs, ok
 from tests.conftest import teardown_backend
 from tests.local import egress_kit

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, launcher, syscall_filter
-from hermes_sandboxes.backends.local import syscalls as sc
+from hermes_sandboxes.backends.local.guest import syscalls as sc
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.sandbox import SandboxSpec
 from tests.conftest import teardown_backend

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups, protocol
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.backends.local import paths as local_paths
+from hermes_sandboxes.backends.local.guest import protocol
 from hermes_sandboxes.sandbox import SandboxState
 from tests.local.kit import PYTHON, cgroup_dir, fresh_name, init_state, pid_alive, sandbox_commands, sh, wait_for
 

@@ -220,7 +220,8 @@ def test_a_missing_or_unusable_working_directory_fails_the_command_only(sb: Loca
 def test_a_malformed_request_fails_alone_and_the_init_lives_on(sandbox: LocalSandbox) -> None:
     # Bypass the host-side checks of LocalSandbox and speak to the init directly, as a buggy or
     # older client could: the request is refused and a daemon started before it survives.
-    from hermes_sandboxes.backends.local import client, protocol
+    from hermes_sandboxes.backends.local import client
+    from hermes_sandboxes.backends.local.guest import protocol
 
     sandbox.exec("sleep 600 >/dev/null 2>&1 &")
     # the shell returns before its background child has become `sleep`: wait until it has

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.backends.local.store import BtrfsStore
+from hermes_sandboxes.backends.local.store.base import BtrfsStore
 from tests.conftest import teardown_backend
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hermes_sandboxes.backends.local import LocalSandbox
-from hermes_sandboxes.backends.local.fdwalk import Tree
+from hermes_sandboxes.backends.local.store.fdwalk import Tree
 from tests.local.kit import wait_for
 
 _RENAMEAT2 = {"x86_64": 316, "aarch64": 276}[platform.machine()]

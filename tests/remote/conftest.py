@@ -20,7 +20,7 @@ if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
 from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
-from hermes_sandboxes.identity import unique_name  # noqa: E402
+from hermes_sandboxes.names import unique_name  # noqa: E402
 from hermes_sandboxes.sandbox import Backend, Sandbox  # noqa: E402
 
 _FAKES = itertools.count(1)
@@ -48,7 +48,7 @@ class Remote:
 def _sprites(local: LocalBackend) -> Iterator[Remote]:
     os.environ["SPRITES_CLIENT_SIGNALS"] = "0"  # no agent-detection headers from the SDK
     from hermes_sandboxes.backends.sprites import SpritesBackend
-    from hermes_sandboxes.backends.sprites_settings import SpritesSettings
+    from hermes_sandboxes.backends.sprites.settings import SpritesSettings
     from tests.fakes.sprites import FakeSprites
 
     fake = FakeSprites(local, local_prefix=f"frm{os.getpid()}x{next(_FAKES)}").start()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hermes_sandboxes.hermes.runtime import RUNTIME
-from hermes_sandboxes.recovery import RECOVERED_DIR
+from hermes_sandboxes.hermes.sync.recovery import RECOVERED_DIR
 from tests.remote import hermes_kit
 from tests.remote.conftest import Remote
 from tests.remote.hermes_kit import OtherHermes, call_here, cleanup_here, refused_here, run_here, writes

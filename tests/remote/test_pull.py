@@ -1,4 +1,4 @@
-"""The teardown pull's archive (hermes_sandboxes.hermes.sync) on each remote backend: capped while it
+"""The teardown pull's archive (hermes_sandboxes.hermes.sync.filesync) on each remote backend: capped while it
 streams, and reduced to regular files that pass the tar data filter before Hermes extracts it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.hermes.sync import Pulled, SandboxFileSync
+from hermes_sandboxes.hermes.sync.filesync import Pulled, SandboxFileSync
 from hermes_sandboxes.sandbox import Sandbox
 
 

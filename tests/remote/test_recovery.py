@@ -1,4 +1,4 @@
-"""Recovery on resume (hermes_sandboxes.recovery) over each remote backend and its fake: what the
+"""Recovery on resume (hermes_sandboxes.hermes.sync.recovery) over each remote backend and its fake: what the
 agent wrote in a sandbox's skills/ and memories/ comes back to the host before the host's state is
 pushed over it, without ever writing through a host symlink or onto a host-only path, and nothing at
 all is written when the sandbox's state cannot be read."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.archive import ArchiveTooLarge, StateUnreadable
-from hermes_sandboxes.recovery import RECOVERED_DIR, RecoveryFailed, recover
+from hermes_sandboxes.hermes.sync.archive import ArchiveTooLarge, StateUnreadable
+from hermes_sandboxes.hermes.sync.recovery import RECOVERED_DIR, RecoveryFailed, recover
 from hermes_sandboxes.sandbox import Sandbox
 from tests.remote.conftest import Remote
 

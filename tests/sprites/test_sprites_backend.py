@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from hermes_sandboxes.backends.sprites import SpritesBackend, SpritesSandbox
-from hermes_sandboxes.backends.sprites_settings import SpritesSettings
+from hermes_sandboxes.backends.sprites.settings import SpritesSettings
 from hermes_sandboxes.errors import (
     AuthenticationFailed,
     CheckpointNotFound,
@@ -324,7 +324,7 @@ def test_a_create_slower_than_the_wait_fails_with_retry_and_is_picked_up_later(f
 _RACER = """
 import sys
 from hermes_sandboxes.backends.sprites import SpritesBackend
-from hermes_sandboxes.backends.sprites_settings import SpritesSettings
+from hermes_sandboxes.backends.sprites.settings import SpritesSettings
 with SpritesBackend(SpritesSettings(api_url=sys.argv[2]), token=sys.argv[1]) as backend:
     sprite = backend.open("sp-race")
     print(sprite.exec("echo ok").stdout.strip())

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hermes_sandboxes.hermes.naming import Profile, resolve_profile
-from hermes_sandboxes.hermes.sprites import ephemeral_sprite_name, sprite_name
+from hermes_sandboxes.hermes.providers.sprites import ephemeral_sprite_name, sprite_name
 from tests.fakes.sprites import FakeSprites
 
 DEFAULT = Profile("default", "/root/.hermes")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hermes_sandboxes.backends.sprites_settings import SpritesSettings, find_token
+from hermes_sandboxes.backends.sprites.settings import SpritesSettings, find_token
 from hermes_sandboxes.settings import InvalidSettings, validate_settings
 
 WHERE = "plugins.entries.sprites.settings"
@@ -65,7 +65,7 @@ def test_token_is_read_from_sprites_token_then_sprite_token() -> None:
 
 
 def test_the_settings_module_does_not_import_the_sdk() -> None:
-    code = ("import sys, hermes_sandboxes.backends.sprites_settings as s; s.SpritesSettings(max_cpus=2); "
+    code = ("import sys, hermes_sandboxes.backends.sprites.settings as s; s.SpritesSettings(max_cpus=2); "
             "print('sprites' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

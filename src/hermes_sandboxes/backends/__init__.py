@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from hermes_sandboxes.errors import InvalidInput, MissingDependency
-from hermes_sandboxes.values import dataclass
+from hermes_sandboxes.util.values import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
@@ -65,11 +65,11 @@ register(BackendEntry(
     from_values="hermes_sandboxes.backends.local.factory:from_values"))
 register(BackendEntry(
     "sprites", "Fly.io Sprites: persistent cloud VMs with checkpoints",
-    "hermes_sandboxes.backends.sprites_settings:SpritesSettings",
+    "hermes_sandboxes.backends.sprites.settings:SpritesSettings",
     "hermes_sandboxes.backends.sprites:build_backend", extra="sprites", requires=("sprites",)))
 register(BackendEntry(
     "e2b", "E2B cloud sandboxes (pause and resume, snapshots)",
-    "hermes_sandboxes.backends.e2b_settings:E2BSettings",
+    "hermes_sandboxes.backends.e2b.settings:E2BSettings",
     "hermes_sandboxes.backends.e2b:build_backend", extra="e2b", requires=("e2b",)))
 
 

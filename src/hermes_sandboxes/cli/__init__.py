@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     try:
         if argv is None and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
             # (only as a command: a program that calls main() with its own streams keeps them)
-            from hermes_sandboxes.cli.warm import run
+            from hermes_sandboxes.cli.fastpath.warm import run
 
             code = run(sys.argv[1:])
             if code is not None:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
                     if stream is not None:
                         stream.flush()
                 os._exit(code)
-        from hermes_sandboxes.cli.fast import try_exec
+        from hermes_sandboxes.cli.fastpath.inprocess import try_exec
 
         code = try_exec(sys.argv[1:] if argv is None else list(argv))
         if code is not None:

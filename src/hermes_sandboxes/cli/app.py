@@ -17,10 +17,11 @@ from typing import Any, NoReturn
 
 import click
 
-from hermes_sandboxes.cli import checkpoints, network, sandboxes, signals, store
+from hermes_sandboxes.cli import signals
+from hermes_sandboxes.cli.commands import checkpoints, network, sandboxes, store
+from hermes_sandboxes.cli.config import parse_overrides
 from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
-from hermes_sandboxes.config import parse_overrides
 from hermes_sandboxes.errors import SandboxError
 
 EXIT_ERROR = 1
@@ -112,7 +113,7 @@ def cli(ctx: click.Context, backend: str | None, config_path: str | None, option
 @click.pass_obj
 def demo(workspace: Workspace) -> int:
     """Break a sandbox on purpose and roll it back: the rollback story in one minute."""
-    from hermes_sandboxes.cli.demo import run_demo
+    from hermes_sandboxes.cli.commands.demo import run_demo
 
     return run_demo(workspace.backend, Ui(), workspace.state)
 

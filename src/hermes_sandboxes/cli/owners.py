@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from hermes_sandboxes.liveness import start_time
+from hermes_sandboxes.recorder.liveness import start_time
 
 
 class Owners:

@@ -22,13 +22,13 @@ from collections.abc import Callable
 
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.session import Session, recorder_policy
-from hermes_sandboxes.command import RecordedProcess
 from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
-from hermes_sandboxes.journal import command_text
-from hermes_sandboxes.recorder import StoriedCheckpoint
+from hermes_sandboxes.recorder.command import RecordedProcess
+from hermes_sandboxes.recorder.journal import command_text
+from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
 from hermes_sandboxes.risk import hermes_internal
 from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink
-from hermes_sandboxes.values import dataclass
+from hermes_sandboxes.util.values import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:

@@ -17,9 +17,11 @@ from hermes_sandboxes import backends
 from hermes_sandboxes.cli import settings_cache
 from hermes_sandboxes.cli.owners import Owners
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
-from hermes_sandboxes.identity import unique_name, validate_name
-from hermes_sandboxes.journal import Journal
-from hermes_sandboxes.recorder import RecordedExec, RestorePreview, StoriedCheckpoint
+from hermes_sandboxes.names import unique_name, validate_name
+from hermes_sandboxes.recorder.credentials import Redactor
+from hermes_sandboxes.recorder.journal import Journal
+from hermes_sandboxes.recorder.sandbox import RecordedExec, RestorePreview, StoriedCheckpoint
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import (
     Backend,
     Capability,
@@ -29,14 +31,12 @@ from hermes_sandboxes.sandbox import (
     Sandbox,
     SandboxSpec,
 )
-from hermes_sandboxes.secrets import Redactor
-from hermes_sandboxes.state import HostState
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:  # both import what the hot path (exec) avoids: pydantic, the risk parser
     from typing import Any, Literal
 
-    from hermes_sandboxes import config
+    from hermes_sandboxes.cli import config
     from hermes_sandboxes.risk import CheckpointPolicy
 
     CliPolicy = Literal["auto", "always", "off"]
@@ -76,7 +76,7 @@ class Workspace:
     @property
     def effective(self) -> config.Effective:
         if self._effective is None:
-            from hermes_sandboxes import config
+            from hermes_sandboxes.cli import config
 
             self._effective = config.load(self._backend_name, self._config_path, self._overrides)
             if backends.entry(self._effective.backend).from_values is not None:

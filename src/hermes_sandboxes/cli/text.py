@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from hermes_sandboxes.journal import utf8_safe
+from hermes_sandboxes.recorder.journal import utf8_safe
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f) if c not in (0x09, 0x0a)}
 _ANSI = {"dim": "2", "yellow": "33", "green": "32", "red": "31", "bold": "1"}

@@ -41,7 +41,7 @@ from hermes_sandboxes.egress.http import (
     split_authority,
 )
 from hermes_sandboxes.egress.policy import AllowList, IPAddress
-from hermes_sandboxes.journal import EgressRecord, Journal
+from hermes_sandboxes.recorder.journal import EgressRecord, Journal
 
 if TYPE_CHECKING:
     from hermes_sandboxes.egress.tls import Authority

@@ -26,8 +26,8 @@ from typing import Any
 from hermes_sandboxes.egress.broker import Broker
 from hermes_sandboxes.egress.policy import AllowList
 from hermes_sandboxes.egress.proxy import EgressProxy
-from hermes_sandboxes.journal import Journal
-from hermes_sandboxes.secrets import Redactor
+from hermes_sandboxes.recorder.credentials import Redactor
+from hermes_sandboxes.recorder.journal import Journal
 
 
 class PolicyFile:

@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from hermes_sandboxes.recorder import RecordedSandbox
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 from hermes_sandboxes.sandbox import Capability, SandboxSpec
 
 logger = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.hermes import naming
-from hermes_sandboxes.hermes.providers import active, registered
-from hermes_sandboxes.recorder import RecordedSandbox
-from hermes_sandboxes.secrets import Redactor
+from hermes_sandboxes.hermes.providers.registry import active, registered
+from hermes_sandboxes.recorder.credentials import Redactor
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 
 if TYPE_CHECKING:
-    from hermes_sandboxes.hermes.provider import SandboxProvider
+    from hermes_sandboxes.hermes.providers.base import SandboxProvider
 
 
 def _setup(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from hermes_sandboxes.archive import MAX_ARCHIVE_BYTES
+from hermes_sandboxes.hermes.sync.archive import MAX_ARCHIVE_BYTES
 from hermes_sandboxes.settings import BackendSettings, InvalidSettings, validate_settings
 
 S = TypeVar("S", bound=BackendSettings)

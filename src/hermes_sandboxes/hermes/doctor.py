@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from hermes_sandboxes.settings import BackendSettings, InvalidSettings
 
 if TYPE_CHECKING:
-    from hermes_sandboxes.hermes.provider import SandboxProvider
+    from hermes_sandboxes.hermes.providers.base import SandboxProvider
 
 Row = tuple[bool, str, str]
 

@@ -38,16 +38,16 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
-from hermes_sandboxes.command import RecordedProcess
 from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
 from hermes_sandboxes.hermes.handle import StreamingHandle
-from hermes_sandboxes.hermes.sync import Pulled, SandboxFileSync, SyncFailed
-from hermes_sandboxes.hermes.teardown import CommandGate, GateClosed, Step, run_steps
-from hermes_sandboxes.leases import NotAdmitted, WriterLease
-from hermes_sandboxes.recorder import RecordedSandbox, StoriedCheckpoint
+from hermes_sandboxes.hermes.sync.filesync import Pulled, SandboxFileSync, SyncFailed
+from hermes_sandboxes.hermes.sync.leases import NotAdmitted, WriterLease
+from hermes_sandboxes.hermes.sync.teardown import CommandGate, GateClosed, Step, run_steps
+from hermes_sandboxes.recorder.command import RecordedProcess
+from hermes_sandboxes.recorder.credentials import CredentialPlan, Redactor
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox, StoriedCheckpoint
 from hermes_sandboxes.risk import RiskVerdict
 from hermes_sandboxes.sandbox import Capability, Process, Sandbox
-from hermes_sandboxes.secrets import CredentialPlan, Redactor
 
 logger = logging.getLogger(__name__)
 

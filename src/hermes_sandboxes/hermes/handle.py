@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import IO
 
+from hermes_sandboxes.recorder.credentials import Redactor, StreamRedactor
 from hermes_sandboxes.sandbox import Process
-from hermes_sandboxes.secrets import Redactor, StreamRedactor
 
 logger = logging.getLogger(__name__)
 

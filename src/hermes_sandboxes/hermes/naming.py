@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.identity import MAX_NAME_LENGTH, validate_name
+from hermes_sandboxes.names import MAX_NAME_LENGTH, validate_name
 
 DIGEST_LENGTH = 12
 _DOMAIN = b"hermes-sandboxes/name/v1"

@@ -32,7 +32,7 @@ def register_provider(ctx: Any, provider_class: str) -> None:
         logger.warning("hermes-sandboxes: the %s backend is unavailable (%s)", provider_class, exc)
         return
     ctx.register_terminal_environment_provider(provider)
-    from hermes_sandboxes.hermes.providers import remember
+    from hermes_sandboxes.hermes.providers.registry import remember
 
     remember(provider)
     with _shared_lock:
@@ -54,14 +54,14 @@ def register_provider(ctx: Any, provider_class: str) -> None:
 
 def register(ctx: Any) -> None:
     """``sandbox``: the local sandbox backend."""
-    register_provider(ctx, ".local:LocalProvider")
+    register_provider(ctx, ".providers.local:LocalProvider")
 
 
 def register_sprites(ctx: Any) -> None:
     """``sprites``: Fly.io Sprites."""
-    register_provider(ctx, ".sprites:SpritesProvider")
+    register_provider(ctx, ".providers.sprites:SpritesProvider")
 
 
 def register_e2b(ctx: Any) -> None:
     """``e2b``: E2B cloud sandboxes."""
-    register_provider(ctx, ".e2b:E2BProvider")
+    register_provider(ctx, ".providers.e2b:E2BProvider")

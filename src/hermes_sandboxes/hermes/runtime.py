@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from hermes_sandboxes.leases import WriterLease
+from hermes_sandboxes.hermes.sync.leases import WriterLease
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Backend
 from hermes_sandboxes.settings import BackendSettings
-from hermes_sandboxes.state import HostState
 
 
 class Runtime:

@@ -14,8 +14,8 @@ from typing import Any
 
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.hermes.environment import SandboxEnvironment
-from hermes_sandboxes.hermes.providers import active
-from hermes_sandboxes.recorder import StoriedCheckpoint
+from hermes_sandboxes.hermes.providers.registry import active
+from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
 from hermes_sandboxes.sandbox import Capability
 
 logger = logging.getLogger(__name__)

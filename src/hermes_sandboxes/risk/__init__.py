@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.risk.internal import HERMES_SCRATCH_GLOBS, hermes_internal, internal_write_target
-from hermes_sandboxes.values import dataclass
+from hermes_sandboxes.util.values import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.identity import unique_name
+from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.sandbox import ChangeKind, Process, Sandbox, SandboxSpec
 
 ENVD_VERSION = "0.6.4"  # new enough for stdin close, octet-stream uploads and file metadata

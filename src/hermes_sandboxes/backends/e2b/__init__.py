@@ -27,15 +27,34 @@ What it guarantees, and how:
 
 from __future__ import annotations
 
-from hermes_sandboxes.backends.e2b.backend import E2BBackend
-from hermes_sandboxes.backends.e2b.identity import lifecycle, scope_digest
-from hermes_sandboxes.backends.e2b.process import E2BProcess
-from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox
-from hermes_sandboxes.backends.e2b_settings import E2BSettings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends.e2b.backend import E2BBackend
+    from hermes_sandboxes.backends.e2b.settings import E2BSettings
 
 __all__ = ["E2BBackend", "E2BProcess", "E2BSandbox", "build_backend", "lifecycle", "scope_digest"]
+
+# Names resolve lazily so that ``backends.e2b.settings`` (the registry's settings model) imports without the SDK.
+_WHERE = {
+    "E2BBackend": "backend",
+    "E2BProcess": "process",
+    "E2BSandbox": "sandbox",
+    "lifecycle": "identity",
+    "scope_digest": "identity",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(name)
+    from importlib import import_module
+
+    return getattr(import_module(f"hermes_sandboxes.backends.e2b.{_WHERE[name]}"), name)
 
 
 def build_backend(settings: E2BSettings) -> E2BBackend:
     """The registry's factory: the backend for ``settings``, keyed from ``E2B_API_KEY``."""
+    from hermes_sandboxes.backends.e2b.backend import E2BBackend
+
     return E2BBackend(settings)

@@ -32,7 +32,7 @@ from hermes_sandboxes.backends.e2b.identity import (
 )
 from hermes_sandboxes.backends.e2b.network import Posture, egress_rules
 from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox, _info, posture_in
-from hermes_sandboxes.backends.e2b_settings import E2BSettings
+from hermes_sandboxes.backends.e2b.settings import E2BSettings
 from hermes_sandboxes.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -41,14 +41,14 @@ from hermes_sandboxes.errors import (
     SandboxNotFound,
     Unsupported,
 )
-from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.names import unique_name, validate_name
+from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.sandbox import (
     Backend,
     Capability,
     SandboxInfo,
     SandboxSpec,
 )
-from hermes_sandboxes.secrets import Redactor
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from hermes_sandboxes.errors import (
     SandboxNotFound,
     SandboxUnreachable,
 )
-from hermes_sandboxes.secrets import Redactor
+from hermes_sandboxes.recorder.credentials import Redactor
 
 
 def transient(exc: BaseException) -> bool:

@@ -6,7 +6,7 @@ import hashlib
 
 import e2b
 
-from hermes_sandboxes.backends.e2b_settings import MAX_LEASE_SECONDS, E2BSettings
+from hermes_sandboxes.backends.e2b.settings import MAX_LEASE_SECONDS, E2BSettings
 
 API_KEY_ENV = "E2B_API_KEY"
 PLUGIN_KEY, PLUGIN_VALUE = "hermes_plugin", "e2b-terminal"  # shared with the existing E2B plugin

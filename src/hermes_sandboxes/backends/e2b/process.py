@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import e2b
 
 from hermes_sandboxes.backends.e2b.faults import map_error
-from hermes_sandboxes.pump import Emit, PumpedProcess
+from hermes_sandboxes.backends.pump import Emit, PumpedProcess
 from hermes_sandboxes.sandbox import OutputSink, check_tag
 
 if TYPE_CHECKING:

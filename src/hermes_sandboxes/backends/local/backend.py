@@ -19,8 +19,7 @@ from hermes_sandboxes.errors import (
     SandboxNotFound,
     Unsupported,
 )
-from hermes_sandboxes.identity import digest, unique_name, validate_name
-from hermes_sandboxes.lazy import lazy_module
+from hermes_sandboxes.names import digest, unique_name, validate_name
 from hermes_sandboxes.sandbox import (
     NETWORK_MODES,
     Backend,
@@ -30,6 +29,7 @@ from hermes_sandboxes.sandbox import (
     SandboxInfo,
     SandboxSpec,
 )
+from hermes_sandboxes.util.lazy import lazy_module
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
@@ -38,12 +38,12 @@ if TYPE_CHECKING:
 
     StoreKind = Literal["auto", "btrfs", "copy"]
 
-    from hermes_sandboxes.backends.local import store as storage
-    from hermes_sandboxes.backends.local.store import Store
+    from hermes_sandboxes.backends.local.store import base as storage
+    from hermes_sandboxes.backends.local.store.base import Store
     from hermes_sandboxes.egress import policy
     from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs neither
-    storage = lazy_module("hermes_sandboxes.backends.local.store")
+    storage = lazy_module("hermes_sandboxes.backends.local.store.base")
     policy = lazy_module("hermes_sandboxes.egress.policy")
 
 STORE_KINDS: tuple[StoreKind, ...] = ("auto", "btrfs", "copy")
@@ -292,7 +292,7 @@ class LocalBackend(Backend):
     def migrate_store(self, *, stop_running: bool = False,
                       progress: Callable[[str], None] | None = None) -> builtins.list[str]:
         """A copy store becomes a btrfs store, sandbox by sandbox (backends/local/maintenance.py)."""
-        from hermes_sandboxes.backends.local import maintenance
+        from hermes_sandboxes.backends.local.store import maintenance
 
         self._require_usable()
         moved = maintenance.migrate(self, self._image_size, stop_running=stop_running,
@@ -301,12 +301,12 @@ class LocalBackend(Backend):
         return moved
 
     def reclaim_store(self) -> int:
-        from hermes_sandboxes.backends.local import maintenance
+        from hermes_sandboxes.backends.local.store import maintenance
 
         return maintenance.reclaim(self.store)
 
     def unmount_store(self) -> bool:
-        from hermes_sandboxes.backends.local import maintenance
+        from hermes_sandboxes.backends.local.store import maintenance
 
         self._require_usable()
         recorded = paths.read_json(self.home / "store.json")

@@ -15,9 +15,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import cgroups, protocol
+from hermes_sandboxes.backends.local import cgroups
+from hermes_sandboxes.backends.local.guest import protocol
+from hermes_sandboxes.backends.pump import SinkGuard
 from hermes_sandboxes.errors import ExecFailed
-from hermes_sandboxes.pump import SinkGuard
 from hermes_sandboxes.sandbox import OutputSink, Process
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)

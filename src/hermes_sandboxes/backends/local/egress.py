@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes_sandboxes.backends.local import forwarder, paths
+from hermes_sandboxes.backends.local import paths
+from hermes_sandboxes.backends.local.guest import forwarder
 from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup, new_placeholder
 from hermes_sandboxes.errors import SandboxError
 

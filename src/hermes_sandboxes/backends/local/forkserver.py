@@ -21,7 +21,7 @@ import signal
 import socket
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import init, masks
+from hermes_sandboxes.backends.local.guest import init, masks
 
 TYPE_CHECKING = False  # typing is not imported at run time (see init)
 if TYPE_CHECKING:

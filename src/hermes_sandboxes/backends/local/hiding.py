@@ -18,14 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import masks, paths
+from hermes_sandboxes.backends.local import paths
+from hermes_sandboxes.backends.local.guest import masks
 
 log = logging.getLogger(__name__)
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _HELPER = r"""
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from hermes_sandboxes.backends.local import rootfs, syscalls as sc
+from hermes_sandboxes.backends.local.guest import rootfs, syscalls as sc
 target = sys.argv[2]
 own = os.open("/proc/self/ns/mnt", os.O_RDONLY)
 own_ino = os.fstat(own).st_ino

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hermes_sandboxes.errors import InvalidInput, SandboxBusy
-from hermes_sandboxes.identity import digest
+from hermes_sandboxes.names import digest
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:

@@ -8,7 +8,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import cgroups, client, fileops, incarnation, paths, protocol
+from hermes_sandboxes.backends.local import cgroups, client, incarnation, paths
+from hermes_sandboxes.backends.local.guest import fileops, protocol
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     ExecFailed,
@@ -18,7 +19,7 @@ from hermes_sandboxes.errors import (
     SandboxNotFound,
     SandboxUnreachable,
 )
-from hermes_sandboxes.lazy import lazy_module
+from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
@@ -31,25 +32,27 @@ from hermes_sandboxes.sandbox import (
     SandboxState,
     check_tag,
 )
-from hermes_sandboxes.state import HostState
-from hermes_sandboxes.values import replace
+from hermes_sandboxes.util.lazy import lazy_module
+from hermes_sandboxes.util.values import replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
     from typing import Any
 
-    from hermes_sandboxes.backends.local import egress, hiding, launcher, masks, treediff, trust
-    from hermes_sandboxes.backends.local import store as storage
+    from hermes_sandboxes.backends.local import egress, hiding, launcher, trust
     from hermes_sandboxes.backends.local.backend import LocalBackend
+    from hermes_sandboxes.backends.local.guest import masks
+    from hermes_sandboxes.backends.local.store import base as storage
+    from hermes_sandboxes.backends.local.store import treediff
     from hermes_sandboxes.egress import policy
     from hermes_sandboxes.sandbox import Stdin
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs none of them
     egress = lazy_module("hermes_sandboxes.backends.local.egress")
     hiding = lazy_module("hermes_sandboxes.backends.local.hiding")
     launcher = lazy_module("hermes_sandboxes.backends.local.launcher")
-    masks = lazy_module("hermes_sandboxes.backends.local.masks")
-    storage = lazy_module("hermes_sandboxes.backends.local.store")
-    treediff = lazy_module("hermes_sandboxes.backends.local.treediff")
+    masks = lazy_module("hermes_sandboxes.backends.local.guest.masks")
+    storage = lazy_module("hermes_sandboxes.backends.local.store.base")
+    treediff = lazy_module("hermes_sandboxes.backends.local.store.treediff")
     trust = lazy_module("hermes_sandboxes.backends.local.trust")
     policy = lazy_module("hermes_sandboxes.egress.policy")
 

@@ -25,7 +25,7 @@ import httpx
 
 from hermes_sandboxes.backends.sprites.api import API
 from hermes_sandboxes.backends.sprites.sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
-from hermes_sandboxes.backends.sprites_settings import SpritesSettings, find_token
+from hermes_sandboxes.backends.sprites.settings import SpritesSettings, find_token
 from hermes_sandboxes.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -36,7 +36,7 @@ from hermes_sandboxes.errors import (
     SandboxUnreachable,
     Unsupported,
 )
-from hermes_sandboxes.identity import unique_name, validate_name
+from hermes_sandboxes.names import unique_name, validate_name
 from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
 
 log = logging.getLogger(__name__)

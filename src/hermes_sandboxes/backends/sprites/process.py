@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from sprites.session import kill_session
 from websockets.exceptions import ConnectionClosed
 
+from hermes_sandboxes.backends.pump import Emit, PumpedProcess
 from hermes_sandboxes.backends.sprites.wire import ExecSocket, Lost
 from hermes_sandboxes.errors import SandboxError, SandboxUnreachable
-from hermes_sandboxes.pump import Emit, PumpedProcess
 from hermes_sandboxes.sandbox import OutputSink, Stdin
 
 if TYPE_CHECKING:

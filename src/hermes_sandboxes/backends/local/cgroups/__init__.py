@@ -25,7 +25,7 @@ from hermes_sandboxes.backends.local.cgroups.hierarchies import UNIFIED, Hierarc
 from hermes_sandboxes.backends.local.cgroups.v1 import V1Cgroups
 from hermes_sandboxes.backends.local.cgroups.v2 import LIMIT_CONTROLLERS, V2Cgroups
 from hermes_sandboxes.errors import BackendUnavailable
-from hermes_sandboxes.values import dataclass, field
+from hermes_sandboxes.util.values import dataclass, field
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.cgroups import groupfs
-from hermes_sandboxes.identity import digest
+from hermes_sandboxes.names import digest
 from hermes_sandboxes.sandbox import Limits
-from hermes_sandboxes.values import replace
+from hermes_sandboxes.util.values import replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_sandboxes.values import dataclass
+from hermes_sandboxes.util.values import dataclass
 
 UNIFIED = "unified"
 

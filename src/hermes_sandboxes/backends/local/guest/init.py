@@ -1,0 +1,381 @@
+"""The sandbox's init: started once per sandbox, PID 1 of its pid namespace, lives until stopped.
+
+The launcher (forked by the fork server launcher.py keeps, told its configuration over a socket;
+no host path is on the command line it inherits, which the sandbox can read as /proc/1/cmdline)
+joins the sandbox's cgroups, creates the namespaces, binds the control socket at a host path, and
+forks the init. The init builds the
+root filesystem, drops what root inside must not have (capabilities, then a fresh session keyring,
+then the seccomp filter compiled on the host by syscall_filter.py), tells the launcher it is ready
+and serves requests: each ``exec`` forks a child that is placed in its own freezer cgroup
+(so a timeout can kill all it starts) before it runs the command with the client's descriptors.
+The launcher records the init's host pid and exits; the init outlives whoever started it, which
+is what keeps background processes and persistent sandboxes alive between calls.
+
+Kept to the standard library and cheap imports: its resident memory is the idle cost of a sandbox.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+
+from hermes_sandboxes.backends.local.guest import fileops, protocol, rootfs, stub
+from hermes_sandboxes.backends.local.guest import runner as command
+from hermes_sandboxes.backends.local.guest import syscalls as sc
+
+TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's start
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+# Capabilities root inside keeps (Docker's default set without CAP_MKNOD). Everything else,
+# notably CAP_SYS_ADMIN (mounts), CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SYS_MODULE,
+# CAP_SYS_RAWIO, CAP_SYS_PTRACE and CAP_NET_ADMIN, is dropped from the bounding set, so no
+# command can regain it, setuid binaries included (no_new_privs is set as well).
+KEPT_CAPABILITIES = frozenset({0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31})
+_CAP_SETPCAP = 8
+_CAP_NET_BIND_SERVICE = 10
+_CAP_NET_RAW = 13
+_EXEC_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, _SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
+
+
+def command_capabilities(host_network: bool) -> frozenset[int]:
+    """What a command (and the file helper) may hold. With the host's network, raw sockets would let
+    root inside read the host's traffic (loopback tokens of other programs included), and a bind to
+    a privileged port would let it pose as a host service: both are dropped there too."""
+    return KEPT_CAPABILITIES - {_CAP_NET_RAW, _CAP_NET_BIND_SERVICE} if host_network else KEPT_CAPABILITIES
+
+
+def _drop_privileges(kept: frozenset[int], seccomp: bytes) -> None:
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if cap not in kept and cap != _CAP_SETPCAP:
+            sc.prctl(sc.PR_CAPBSET_DROP, cap)
+    sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+    # A keyring of its own before keyctl is denied: the one inherited from whoever started the
+    # launcher is the host's (the filter then keeps every keyring call out of reach anyway).
+    sc.join_new_session_keyring()
+    sc.load_seccomp_filter(seccomp)
+
+
+def _send_quietly(conn: socket.socket, message: dict[str, Any]) -> None:
+    """Send, ignoring a client that went away (contextlib would cost the init start-up time)."""
+    try:  # noqa: SIM105
+        protocol.send(conn, message)
+    except OSError:
+        pass
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _exit_code(status: int) -> int:
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+class Init:
+    # network "proxy": the forwarder's pid and how to start it again (root inside may kill it)
+    forwarder_pid = 0
+    start_forwarder: Callable[[], int] | None = None
+
+    def __init__(self, listener: socket.socket, freezer_fd: int, helper_caps: frozenset[int]) -> None:
+        self.listener = listener
+        self.helper_caps = helper_caps
+        self.freezer_fd = freezer_fd
+        self.home_procs = os.open("cgroup.procs", os.O_WRONLY, dir_fd=freezer_fd)
+        self.sel = selectors.DefaultSelector()
+        self.children: dict[int, tuple[socket.socket | None, str]] = {}
+        self.idle_groups: set[str] = set()
+        # A spare group is renamed into the command's: cgroup v1 only (v2 has no rename, and its
+        # per-command groups keep the init's move; CLONE_INTO_CGROUP would avoid it there but
+        # Python's posix_spawn does not offer it).
+        self.stubs = stub.Pool(freezer_fd, self.idle_groups, not _exists("cgroup.controllers", freezer_fd))
+
+    def serve(self) -> None:
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno())
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.sel.register(wake_r, selectors.EVENT_READ, self._reap)
+        while True:
+            events = self.sel.select(self.stubs.timeout())
+            if not events:
+                self._refill()
+            for key, _ in events:
+                try:
+                    key.data(key.fileobj)
+                except Exception as exc:  # the init outlives any request: everything depends on it
+                    sys.stderr.write(f"hermes-sandboxes init: {type(exc).__name__}: {exc}\n")
+
+    def _accept(self, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(5)
+        self.sel.register(conn, selectors.EVENT_READ, self._request)
+
+    def _close(self, conn: socket.socket) -> None:
+        self.sel.unregister(conn)
+        conn.close()
+        for pid, (c, group) in self.children.items():
+            if c is conn:
+                self.children[pid] = (None, group)
+
+    def _request(self, conn: socket.socket) -> None:
+        try:
+            message, fds = protocol.recv(conn)
+        except (EOFError, OSError, ValueError, protocol.ProtocolError):
+            self._close(conn)
+            return
+        op = message.get("op")
+        try:
+            if op == "ping":
+                protocol.send(conn, {"ok": True, "pid": os.getpid()})
+            elif op == "exec":
+                pid = self._spawn(conn, message, fds)
+                protocol.send(conn, {"started": pid})
+                return
+            else:
+                protocol.send(conn, {"error": f"unknown operation {op!r}"})
+        except Exception as exc:  # a malformed request fails alone; the init and its processes live on
+            _send_quietly(conn, {"error": f"cannot start the command: {exc}"})
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._close(conn)
+
+    def _spawn(self, conn: socket.socket, message: dict[str, Any], fds: list[int]) -> int:
+        exec_id = str(message.get("id", ""))
+        if not 0 < len(exec_id) <= 32 or not set(exec_id) <= _EXEC_ID_CHARS or len(fds) != 3:
+            raise OSError(errno.EINVAL, "malformed exec request")
+        group = f"x{exec_id}"
+        builtin = message.get("builtin")
+        pid = 0 if builtin else self.stubs.take(group, message, fds)
+        if not pid:
+            if not self.stubs.renamed:
+                os.mkdir(group, dir_fd=self.freezer_fd)
+            pid = self._spawn_inside(group, str(builtin or ""), message, fds)
+            self.stubs.last_move = time.monotonic()
+        self.children[pid] = (conn, group)
+        return pid
+
+    def _spawn_inside(self, group: str, builtin: str, message: dict[str, Any], fds: list[int]) -> int:
+        # Init steps into the command's freezer group for the instant of the spawn, so the child
+        # is born inside it: nothing it starts can run outside the group a timeout kills. This
+        # move may wait ~10 ms for an RCU grace period (see stub.py): the path without a stub.
+        procs = os.open(f"{group}/cgroup.procs", os.O_WRONLY, dir_fd=self.freezer_fd)
+        try:
+            os.write(procs, b"0")
+        finally:
+            os.close(procs)
+        try:
+            return (_fork_builtin(builtin, message, fds, self.helper_caps) if builtin
+                    else _spawn_command(message, fds))
+        except BaseException:
+            self.idle_groups.add(group)  # removed with the other empty groups
+            raise
+        finally:
+            os.write(self.home_procs, b"0")
+
+    def _refill(self) -> None:
+        try:
+            self.stubs.refill()
+        except OSError as exc:  # the init outlives it: commands take its own path
+            sys.stderr.write(f"hermes-sandboxes init: cannot make a stub: {exc}\n")
+
+    def _restart_forwarder(self) -> None:
+        """A command killed the proxy forwarder (``pkill python3`` would): start another, so the
+        sandbox keeps its network. Something else may hold the port by now: then it stays down."""
+        assert self.start_forwarder is not None
+        try:
+            self.forwarder_pid = self.start_forwarder()
+        except OSError as exc:
+            self.forwarder_pid = 0
+            sys.stderr.write(f"hermes-sandboxes init: cannot start the proxy forwarder again: {exc}\n")
+
+    def _reap(self, wake: socket.socket) -> None:
+        try:
+            while wake.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            entry = self.children.pop(pid, None)
+            if entry is None:
+                self.stubs.reaped(pid)  # a stub killed from inside: commands take the init's path
+                if pid == self.forwarder_pid and self.start_forwarder is not None:
+                    self._restart_forwarder()
+                continue
+            conn, group = entry
+            self.idle_groups.add(group)
+            if conn is not None:
+                _send_quietly(conn, {"exit": _exit_code(status)})
+                self._close(conn)
+        for group in list(self.idle_groups):
+            try:
+                os.rmdir(group, dir_fd=self.freezer_fd)
+                self.idle_groups.discard(group)
+            except FileNotFoundError:
+                self.idle_groups.discard(group)
+            except OSError:
+                pass  # a background process of that command still runs: keep its group
+
+
+def _fail(fds: list[int], message: str, code: int) -> int:
+    """Report a command that cannot start the way a shell would: a message on its stderr and a
+    child that exits with ``code`` (so the client sees an ordinary exit, not a protocol error)."""
+    os.write(fds[2], f"{message}\n".encode())
+    pid = os.fork()
+    if pid == 0:
+        os._exit(code)
+    return pid
+
+
+def _spawn_command(message: dict[str, Any], fds: list[int]) -> int:
+    try:
+        argv, env, cwd = command.command_line(message)
+        try:
+            path = command.enter(cwd, argv, env)  # posix_spawn has no chdir: the child inherits ours
+            # posix_spawn (vfork + exec) costs a fraction of os.fork() of this Python process.
+            return os.posix_spawn(
+                path, argv, env,
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
+                setsid=True, setsigdef=command.DEFAULT_SIGNALS,
+            )
+        except OSError as exc:
+            raise command.CannotStart(f"{argv[0]}: {exc.strerror}", 126) from None
+        finally:
+            os.chdir("/")
+    except command.CannotStart as exc:
+        return _fail(fds, exc.message, exc.code)
+
+
+def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: frozenset[int]) -> int:
+    """Run a file operation in a forked child. A fork keeps the init's full capabilities (only an
+    exec applies the bounding set), so the child first cuts them to what a command gets: it can
+    then do nothing root inside could not, reaching /proc/1 included. It dies after a deadline."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in command.DEFAULT_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            sc.set_capabilities(caps)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(fileops.TIMEOUT_S)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            os.closerange(3, 65536)
+            os._exit(fileops.run(name, message))
+        finally:
+            os._exit(1)
+    return pid
+
+
+def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> None:
+    log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(devnull)
+    freezer_fd = os.open(cfg["freezer"], os.O_RDONLY | os.O_DIRECTORY)
+    if cfg["network"] == "proxy":  # imported while the host's modules are still in reach (threads)
+        from hermes_sandboxes.backends.local.guest import forwarder
+    socket.sethostname(cfg["hostname"])
+    rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"],
+                           above=cfg.get("trust"))
+    rootfs.hide(cfg.get("hide", ()))
+    # Every module the init needs is loaded: no later import may search the sandbox's files (its
+    # /root could hold a planted copy of the standard library's path).
+    sys.path.clear()
+    sys.path_importer_cache.clear()
+    if cfg["network"] in ("loopback", "proxy"):
+        _loopback_up()
+    caps = command_capabilities(cfg["network"] == "host")
+    _drop_privileges(caps, cfg["seccomp"])
+    sc.prctl(sc.PR_SET_DUMPABLE, 0)  # /proc/1 stays out of reach of root inside (no ptrace, no fd links)
+    # A signal from inside reaches PID 1 only where it has a handler: Python's for SIGINT would
+    # let `kill -INT 1` end the sandbox. Ignored here; commands get the default back at spawn.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    forwarder_pid = forwarder.start() if cfg["network"] == "proxy" else 0
+    try:  # noqa: SIM105 - contextlib would cost the init start-up time
+        os.write(reply, b"ok\n")
+    except OSError:
+        pass  # the host process went away: the next start finds this init unrecorded and kills it
+    os.close(reply)
+    init = Init(listener, freezer_fd, caps)
+    if forwarder_pid:
+        init.forwarder_pid, init.start_forwarder = forwarder_pid, forwarder.start
+    init.serve()
+
+
+def prepare(cfg: dict[str, Any]) -> None:
+    """The launcher's first step, which needs nothing of the sandbox's files: join the groups of
+    the new incarnation (``cgroups``) and make the namespaces (``network`` says whether its own)."""
+    for path in cfg["cgroups"]:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write("0")
+    # A cgroup namespace rooted at the groups just joined: the host's cgroup paths stay out of
+    # /proc/self/cgroup inside, and the sandbox's own view of cgroups (and any cgroup mount it
+    # could make) starts below the groups that carry its limits.
+    flags = sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWCGROUP
+    if cfg["network"] != "host":
+        flags |= sc.CLONE_NEWNET
+    sc.unshare(flags)
+
+
+def launch(cfg: dict[str, Any], reply: int) -> int:
+    """The launcher's second step (after prepare): forks the init and returns its host pid at once.
+    The init itself says on ``reply`` (the host process's socket) ``ok`` once it serves requests,
+    or ``error ...``: one hand-over less than the launcher waiting for the init and then answering
+    (each cost milliseconds of scheduling on a busy machine)."""
+    if os.path.lexists(cfg["socket"]):
+        os.unlink(cfg["socket"])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o077)
+    listener.bind(cfg["socket"])
+    os.umask(old_umask)
+    listener.listen(128)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _become_init(cfg, listener, reply)
+        except BaseException as exc:  # report any failure to the host process, then die
+            try:
+                os.write(reply, f"error {type(exc).__name__}: {exc}\n".encode())
+            finally:
+                os._exit(1)
+        os._exit(0)
+    listener.close()
+    return pid

@@ -1,0 +1,53 @@
+"""The Hermes plugin ``e2b``: the E2B backend (``terminal.backend: e2b``), same plugin id and settings
+keys as the existing E2B plugin.
+
+Each profile is its own identity: the backend is built with the active profile's home (which goes
+into every sandbox's identity digest and owner tag) and the profile's ``E2B_API_KEY``, read from the
+profile and failing closed under a multi-profile gateway; the key never leaves the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from hermes_sandboxes.hermes.config import active_hermes_home
+from hermes_sandboxes.hermes.providers.base import SandboxProvider
+from hermes_sandboxes.hermes.secrets import hermes_profile_secret
+from hermes_sandboxes.sandbox import Backend, Sandbox
+from hermes_sandboxes.settings import BackendSettings
+
+API_KEY = "E2B_API_KEY"
+
+
+class E2BProvider(SandboxProvider):
+    plugin_id = "e2b"
+    uses_writer_lease = True
+    backend_name = "e2b"
+    label = "E2B"
+    summary = "Run commands in an E2B cloud sandbox (paused between uses, snapshots as checkpoints)."
+    environment_text = "an E2B cloud sandbox (a Linux VM; its filesystem persists while paused)"
+    home_dir = "/home/user"
+    setup_text = (
+        "Install the SDK in Hermes's Python: pip install -e '/path/to/checkout[hermes,e2b]'.",
+        "Put E2B_API_KEY=... in the profile's .env; E2B_API_URL, E2B_SANDBOX_URL and E2B_DOMAIN are honoured.",
+        "Optional settings: template, cwd, lease_seconds, command_grace_seconds, allow_internet_access, "
+        "allow (an egress allow-list), secure, metadata, auto_checkpoint, retention, credentials.",
+    )
+
+    def make_backend(self, settings: BackendSettings) -> Backend:
+        from hermes_sandboxes.backends.e2b import E2BBackend
+        from hermes_sandboxes.backends.e2b.settings import E2BSettings
+
+        assert isinstance(settings, E2BSettings)
+        return E2BBackend(settings, api_key=hermes_profile_secret(API_KEY) or "",
+                          profile=str(active_hermes_home().resolve()))
+
+    def working_directory(self, cwd: str, settings: BackendSettings, sandbox: Sandbox) -> str:
+        """The ``cwd`` setting (default the sandbox's home) where Hermes gives its container default."""
+        configured = str(getattr(settings, "cwd", "") or sandbox.home)
+        return configured if not cwd or cwd in ("~", "/root") else cwd
+
+    def backend_identity(self, settings: BackendSettings) -> str:
+        key = hermes_profile_secret(API_KEY) or ""
+        home = str(active_hermes_home().resolve())
+        return hashlib.sha256(f"{home}\0{key}".encode()).hexdigest()  # never the key itself
