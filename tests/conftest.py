@@ -11,14 +11,10 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import warm_kit
-except ImportError:  # imported as tests.conftest (the fakes' and benchmarks' helpers do)
-    from tests import warm_kit
-
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.backends.local.store.base import BtrfsStore
 from hermes_sandboxes.names import unique_name
+from tests.cli import warm_kit
 
 ROOT_REASON = "the local sandbox needs root; CI and development machines of this project run as root"
 

@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
 
 import pytest
 
-_REPO = str(Path(__file__).resolve().parents[2])
-if _REPO not in sys.path:  # the helpers are imported as tests.contract.*, however pytest was started
-    sys.path.insert(0, _REPO)
-
-from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
-from hermes_sandboxes.names import unique_name  # noqa: E402
-from hermes_sandboxes.sandbox import Backend, Sandbox  # noqa: E402
-from tests.contract import degraded  # noqa: E402
+from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.sandbox import Backend, Sandbox
+from tests.contract import degraded
 
 Target = Callable[[LocalBackend], AbstractContextManager[Backend]]
 

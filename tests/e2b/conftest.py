@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +13,8 @@ from typing import Any
 
 import pytest
 
-_REPO = str(Path(__file__).resolve().parents[2])
-if _REPO not in sys.path:  # the fake is imported as tests.fakes.e2b, however pytest was started
-    sys.path.insert(0, _REPO)
-
-from tests.conftest import _require_root, make_backend, teardown_backend  # noqa: E402
-from tests.fakes.e2b import API_KEY, FakeE2B  # noqa: E402
+from tests.conftest import _require_root, make_backend, teardown_backend
+from tests.fakes.e2b import API_KEY, FakeE2B
 
 
 def _reap_stale_homes() -> None:

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fakes.model_server import ModelServer
-from loop_kit import AgentLoop
 
 from hermes_sandboxes.backends.local import LocalBackend
+from tests.fakes.model_server import ModelServer
+from tests.hermes.loop_kit import AgentLoop
 
 
 class HermesHarness:

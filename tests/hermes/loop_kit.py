@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fakes.model_server import MODEL, Conversation, ModelServer, Step, StepFn
 
 from hermes_sandboxes.backends.local import LocalBackend
+from tests.fakes.model_server import MODEL, Conversation, ModelServer, Step, StepFn
 
 HERMES_BIN = Path(sys.executable).parent / "hermes"
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there

@@ -25,7 +25,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "internal_corpus.jsonl"
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))  # a script: the repository root, for tests.conftest
 
 AGENT = {  # commands the agent itself asks for: risky ones among them must stay risky
     "rm -rf /root/app",
@@ -62,7 +62,7 @@ def _shape(command: str) -> str:
 
 
 def main() -> None:
-    from conftest import make_backend, teardown_backend
+    from tests.conftest import make_backend, teardown_backend
 
     store = Path(tempfile.mkdtemp(prefix="hcorpus-", dir="/tmp"))
     home = Path(tempfile.mkdtemp(prefix="hcorpus-home-", dir="/tmp"))

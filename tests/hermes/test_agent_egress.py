@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from fakes.model_server import call, say
 
 from hermes_sandboxes.recorder.journal import AllowRecord, Journal
 from hermes_sandboxes.recorder.state import HostState
+from tests.fakes.model_server import call, say
 from tests.local import egress_kit
 
 if TYPE_CHECKING:
-    from loop_kit import AgentLoop
-
     from tests.hermes.conftest import HermesHarness
+    from tests.hermes.loop_kit import AgentLoop
 
 HERMES_BIN = Path(sys.executable).parent / "hermes"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from cli_kit import Pty
 
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli.cli_kit import Pty
 
 if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from cli_kit import as_json
-from fakes.model_server import Conversation, Step, call, say
-from loop_kit import checkpoint_named
+
+from tests.cli.cli_kit import as_json
+from tests.fakes.model_server import Conversation, Step, call, say
+from tests.hermes.loop_kit import checkpoint_named
 
 if TYPE_CHECKING:
-    from loop_kit import AgentLoop
+    from tests.hermes.loop_kit import AgentLoop
 
 
 def sandbox_tool(name: str, **arguments: Any) -> Step:

@@ -4,7 +4,6 @@ contract suite) and the tools say what the backend cannot do instead of failing 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,11 +12,10 @@ import yaml
 if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness
 
-REPO = str(Path(__file__).resolve().parents[2])
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
 
-from tests.contract.degraded_hermes import PLUGIN_INIT  # noqa: E402
+from tests.contract.degraded_hermes import PLUGIN_INIT
+
+REPO = str(Path(__file__).resolve().parents[2])  # the plugin's child Hermes imports the fakes from here
 
 
 def _use_degraded_backend(hermes: HermesHarness, **settings: object) -> None:

@@ -5,18 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_REPO = str(Path(__file__).resolve().parents[2])
-if _REPO not in sys.path:  # the helpers are imported as tests.local.kit, however pytest was started
-    sys.path.insert(0, _REPO)
-
-from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox  # noqa: E402
-from tests.local.kit import leftovers, new_sandbox, register_home, temp_backend  # noqa: E402
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from tests.local.kit import leftovers, new_sandbox, register_home, temp_backend
 
 
 @pytest.fixture

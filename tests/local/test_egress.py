@@ -23,7 +23,7 @@ from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.recorder.journal import EgressRecord, Journal
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import SandboxSpec
-from tests.cli_kit import hs, ok
+from tests.cli.cli_kit import hs, ok
 from tests.conftest import teardown_backend
 from tests.local import egress_kit
 from tests.local.kit import fresh_name, init_state, new_sandbox, pid_alive, sh, temp_backend, temp_home, wait_for

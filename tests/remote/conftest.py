@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-_REPO = str(Path(__file__).resolve().parents[2])
-if _REPO not in sys.path:
-    sys.path.insert(0, _REPO)
-
-from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
-from hermes_sandboxes.names import unique_name  # noqa: E402
-from hermes_sandboxes.sandbox import Backend, Sandbox  # noqa: E402
+from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.sandbox import Backend, Sandbox
 
 _FAKES = itertools.count(1)
 

@@ -8,22 +8,17 @@ destroyed (with its local sandbox) when it ends, even on failure.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 os.environ["SPRITES_CLIENT_SIGNALS"] = "0"  # the SDK would otherwise add agent-detection headers
 
-_REPO = str(Path(__file__).resolve().parents[2])
-if _REPO not in sys.path:  # the fake is imported as tests.fakes.sprites, however pytest was started
-    sys.path.insert(0, _REPO)
 
-from sprites import SpritesClient  # noqa: E402
+from sprites import SpritesClient
 
-from hermes_sandboxes.backends.local import LocalBackend  # noqa: E402
-from tests.fakes.sprites import FakeSprites  # noqa: E402
+from hermes_sandboxes.backends.local import LocalBackend
+from tests.fakes.sprites import FakeSprites
 
 
 @pytest.fixture(scope="session")

@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from fakes.e2b.envd import Receive, Scope, Send, read_body, respond, respond_json
-from fakes.e2b.world import FakeSandbox, InvalidRules, Recorded, World, egress_rules, local_allow
+from tests.fakes.e2b.envd import Receive, Scope, Send, read_body, respond, respond_json
+from tests.fakes.e2b.world import FakeSandbox, InvalidRules, Recorded, World, egress_rules, local_allow
 
 Handler = Callable[..., Awaitable[None]]
 

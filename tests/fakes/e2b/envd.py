@@ -30,8 +30,8 @@ from e2b.envd.process import process_pb as pb
 from e2b.envd.process.process_connect import Process, ProcessASGIApplication
 from protobuf import Oneof
 
-from fakes.e2b.world import HOME, FakeProcess, FakeSandbox, Subscriber, World
 from hermes_sandboxes.errors import SandboxFileNotFound
+from tests.fakes.e2b.world import HOME, FakeProcess, FakeSandbox, Subscriber, World
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

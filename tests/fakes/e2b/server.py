@@ -22,11 +22,11 @@ from urllib.parse import parse_qs
 
 import uvicorn
 
-from fakes.e2b import envd
-from fakes.e2b.control import ControlPlane
-from fakes.e2b.envd import Receive, Scope, Send, respond_json
-from fakes.e2b.world import FakeSandbox, Fault, Recorded, World
 from hermes_sandboxes.backends.local import LocalBackend
+from tests.fakes.e2b import envd
+from tests.fakes.e2b.control import ControlPlane
+from tests.fakes.e2b.envd import Receive, Scope, Send, respond_json
+from tests.fakes.e2b.world import FakeSandbox, Fault, Recorded, World
 
 API_KEY = "e2b_fake_0123456789abcdef"  # what the fake accepts; tests pass it like a real key
 ENVD_PATHS = ("/files", "/health")

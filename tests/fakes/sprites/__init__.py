@@ -1,5 +1,5 @@
 """A loopback Sprites API (REST, exec WebSocket, fs, checkpoints) backed by real local sandboxes."""
 
-from fakes.sprites.server import FakeSprites, Fault, Recorded
+from tests.fakes.sprites.server import FakeSprites, Fault, Recorded
 
 __all__ = ["FakeSprites", "Fault", "Recorded"]

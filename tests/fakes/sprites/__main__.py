@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fakes.sprites.server import FakeSprites
 from hermes_sandboxes.backends.local import LocalBackend
 from tests.conftest import teardown_backend
+from tests.fakes.sprites.server import FakeSprites
 
 
 def main() -> int:

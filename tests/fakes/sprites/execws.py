@@ -29,8 +29,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakes.sprites.world import FakeSprite, iso
 from hermes_sandboxes.sandbox import Process
+from tests.fakes.sprites.world import FakeSprite, iso
 
 STDIN, STDOUT, STDERR, EXIT, STDIN_EOF = 0, 1, 2, 3, 4
 _ids = itertools.count(1)

@@ -21,9 +21,9 @@ from urllib.parse import parse_qsl
 
 import uvicorn
 
-from fakes.sprites.execws import ExecConnection, ExecRequest, ExecSession, Sessions
-from fakes.sprites.world import Conflict, Missing, World
 from hermes_sandboxes.backends.local import LocalBackend
+from tests.fakes.sprites.execws import ExecConnection, ExecRequest, ExecSession, Sessions
+from tests.fakes.sprites.world import Conflict, Missing, World
 
 Json = dict[str, Any] | list[Any]
 

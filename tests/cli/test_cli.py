@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import cli_kit
 import pytest
-from cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
 from click.testing import CliRunner
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
@@ -25,6 +23,8 @@ from hermes_sandboxes.cli.session import Session
 from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Process
+from tests.cli import cli_kit
+from tests.cli.cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 

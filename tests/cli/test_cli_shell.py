@@ -11,10 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import cli_kit
-from cli_kit import CLI, Pty, as_json, ok
-
 from hermes_sandboxes.backends.local import LocalSandbox
+from tests.cli import cli_kit
+from tests.cli.cli_kit import CLI, Pty, as_json, ok
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 

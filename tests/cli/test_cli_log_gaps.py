@@ -13,11 +13,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import cli_kit
-from cli_kit import CLI, as_json, ok
-
 from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli import cli_kit
+from tests.cli.cli_kit import CLI, as_json, ok
 
 home, box = cli_kit.home, cli_kit.box
 

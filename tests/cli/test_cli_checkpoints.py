@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import cli_kit
 import pytest
-from cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli import cli_kit
+from tests.cli.cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 

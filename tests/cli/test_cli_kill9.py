@@ -19,13 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import cli_kit
 import pytest
-import warm_kit
-from cli_kit import CLI, Pty, as_json, hs, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli import cli_kit, warm_kit
+from tests.cli.cli_kit import CLI, Pty, as_json, hs, ok
 
 home, box = cli_kit.home, cli_kit.box
 

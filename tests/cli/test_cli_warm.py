@@ -22,13 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import cli_kit
 import pytest
-import warm_kit
-from cli_kit import CLI, as_json, ok
 
 from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli import cli_kit, warm_kit
+from tests.cli.cli_kit import CLI, as_json, ok
 
 home, box = cli_kit.home, cli_kit.box
 
@@ -504,7 +503,7 @@ def test_a_worker_starts_a_stopped_sandbox_whose_init_outlives_it_as_it_outlives
     "module", ["hermes_sandboxes.cli.fastpath.warm", "_socket", "hermes_sandboxes.cli.fastpath.inprocess"]
 )
 def test_ctrl_c_while_the_exec_path_starts_up_prints_no_traceback(home: Path, rt: dict[str, str], module: str) -> None:
-    from test_cli_robust import INTERRUPTED_WHILE_IMPORTING
+    from tests.cli.test_cli_robust import INTERRUPTED_WHILE_IMPORTING
 
     warm_kit.start(rt)
     env = {**rt, **warm_kit.WARM_OFF} if module.endswith("fast") else rt

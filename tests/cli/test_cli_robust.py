@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cli_kit
 import pytest
-from cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.names import unique_name
+from tests.cli import cli_kit
+from tests.cli.cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
 
 home, box = cli_kit.home, cli_kit.box
 

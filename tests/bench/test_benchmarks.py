@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_local.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_local.py"
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_pat
     # other test runs on the machine may be running the same benchmark meanwhile
 
 
-PROXY_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_proxy.py"
+PROXY_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_proxy.py"
 
 
 def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_path: Path, scratch: Path) -> None:

@@ -29,7 +29,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend
 from tests.conftest import make_backend, teardown_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MARKER = re.compile(r"<!-- checked: console(?:; first: (?P<first>.+))? -->")
 SCRIPT = Path(sys.executable).parent / "hermes-sandboxes"

@@ -7,9 +7,7 @@ import json
 from pathlib import Path
 from typing import ClassVar, Literal
 
-import cli_kit
 import pytest
-from cli_kit import as_json, hs, ok
 from click.testing import CliRunner, Result
 
 from hermes_sandboxes import backends
@@ -19,6 +17,8 @@ from hermes_sandboxes.cli import cli
 from hermes_sandboxes.errors import MissingDependency
 from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli import cli_kit
+from tests.cli.cli_kit import as_json, hs, ok
 
 home, box = cli_kit.home, cli_kit.box
 

@@ -11,15 +11,15 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import cli_kit
 import pytest
-from cli_kit import as_json, assert_one_line_error, hs, ok
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.recorder.journal import AllowRecord, Journal
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import SandboxSpec
+from tests.cli import cli_kit
+from tests.cli.cli_kit import as_json, assert_one_line_error, hs, ok
 from tests.local import egress_kit
 from tests.local.kit import init_state
 

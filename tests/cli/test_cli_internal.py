@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cli_kit
-from cli_kit import as_json, ok
-
 from hermes_sandboxes.backends.local import LocalSandbox
+from tests.cli import cli_kit
+from tests.cli.cli_kit import as_json, ok
 
 KERNEL = "/tmp/hermes_rkernel_0badc0ffee00"
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for

@@ -1,0 +1,30 @@
+"""Packaging: the version is written once, the licence ships, the test extra is built from the others."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import tomllib
+from pathlib import Path
+
+import hermes_sandboxes
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_version_is_written_once_in_the_package_and_read_by_the_metadata() -> None:
+    assert "version" not in PYPROJECT["project"]
+    assert "version" in PYPROJECT["project"]["dynamic"]
+    assert importlib.metadata.version("hermes-sandboxes") == hermes_sandboxes.__version__
+
+
+def test_the_licence_file_ships_and_the_metadata_names_it() -> None:
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    assert PYPROJECT["project"]["license"] == "MIT"
+    assert PYPROJECT["project"]["license-files"] == ["LICENSE"]
+
+
+def test_the_test_extra_is_the_other_extras_plus_the_test_tools() -> None:
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    others = sorted(name for name in extras if name != "test")
+    assert f"hermes-sandboxes[{','.join(others)}]" in extras["test"]
