@@ -17,6 +17,7 @@ Fake-server numbers say nothing about the real service's latency; they measure o
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -148,7 +149,7 @@ def bench_checkpoints(sprite: SpritesSandbox, n: int) -> dict[str, Any]:
         checkpoint = sprite.checkpoint(f"bench {i}")
         create.append(time.perf_counter() - started)
         sprite.exec("echo changed >> /root/work/data")
-        restore.append(timed(lambda cid=checkpoint.id: sprite.restore(cid)))
+        restore.append(timed(functools.partial(sprite.restore, checkpoint.id)))
     return {"samples": n, "checkpoint_ms": median_ms(create), "restore_ms": median_ms(restore)}
 
 

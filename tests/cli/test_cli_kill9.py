@@ -10,6 +10,7 @@ absolute timings in assertions.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -51,6 +52,10 @@ def journal_text(box: LocalSandbox) -> bytes:
         return b""
 
 
+def _written_ahead(box: LocalSandbox, mark: str) -> bool:
+    return mark.encode() in journal_text(box)
+
+
 def poll(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
     """Wait until ``predicate`` holds (or the process ended by itself: then the point was passed)."""
     deadline = time.monotonic() + timeout
@@ -89,7 +94,7 @@ def test_an_exec_killed_with_sigkill_at_any_point_is_in_the_record_if_it_ran(
                                     stderr=errors, env=env)
             assert proc.stdout is not None
             if point == "written ahead":
-                poll(lambda mark=mark: mark.encode() in journal_text(box), proc, "the command written ahead")
+                poll(functools.partial(_written_ahead, box, mark), proc, "the command written ahead")
             elif point == "running":
                 assert proc.stdout.readline() == b"started\n"
             else:

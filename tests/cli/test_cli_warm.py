@@ -407,7 +407,8 @@ def test_the_worker_takes_on_the_clients_environment_directory_umask_and_ignored
     env = {**rt, "HERMES_SANDBOXES_STATE": str(state)}  # where this call's records go
     # (the first call in a new state validates the settings in-process and caches them)
     assert call(cli(home, "exec", box.name, "--", "true"), env)[0] == 0
-    shell = f"umask 027; trap '' USR1; exec {shlex.join(cli(home, 'exec', box.name, '--', 'echo started; read x'))}"
+    argv = [str(arg) for arg in cli(home, 'exec', box.name, '--', 'echo started; read x')]
+    shell = f"umask 027; trap '' USR1; exec {shlex.join(argv)}"
     proc = subprocess.Popen(["sh", "-c", shell], env=env, cwd=tmp_path, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None

@@ -65,7 +65,8 @@ class DegradedSandbox(Sandbox):
 
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
               stdin: Stdin = None, on_stdout: OutputSink | None = None,
-              on_stderr: OutputSink | None = None) -> Process:
+              on_stderr: OutputSink | None = None, tag: str | None = None) -> Process:
+        # no KILL_TAGGED here: a tag names nothing this backend can kill later, so it is not passed on
         return self._inner.start(command, cwd=cwd, env=env, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr)
 
     def read_file(self, path: str) -> bytes:

@@ -120,8 +120,8 @@ def test_settling_stops_the_command_a_dead_recorder_left_running_and_no_other(
     recorded = HostState(tmp_path, durable=False).recorded(sandbox)
     orphan_id, live_id = os.urandom(8).hex(), os.urandom(8).hex()
     tags = {orphan_id: orphan_id, live_id: live_id} if tagging else {orphan_id: None, live_id: None}
-    orphan = sandbox.start(["sleep", "341"], **({"tag": orphan_id} if tagging else {}))
-    live = sandbox.start(["sleep", "342"], **({"tag": live_id} if tagging else {}))
+    orphan = sandbox.start(["sleep", "341"], tag=orphan_id if tagging else None)
+    live = sandbox.start(["sleep", "342"], tag=live_id if tagging else None)
     for record_id, owner in ((orphan_id, _dead_process()), (live_id, liveness.current())):
         recorded.journal.append(ExecStartRecord(sandbox=sandbox.name, id=record_id, command=f"sleep {record_id}",
                                                 owner=owner, tag=tags[record_id]))

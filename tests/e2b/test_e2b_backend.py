@@ -147,7 +147,7 @@ def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survi
         result = sb.exec("echo started; sleep 300", timeout=3)
         assert (result.exit_code, result.timed_out, result.stdout) == (124, True, "started\n")
         (signal,) = fake.calls(rpc="Process/SendSignal")
-        assert signal.body["signal"] == "SIGKILL" and signal.body["pid"] != daemon.pid  # type: ignore[attr-defined]
+        assert signal.body["signal"] == "SIGKILL" and signal.body["pid"] != daemon.pid
         group_kill = [s.body["args"][-1] for s in fake.calls(rpc="Process/Start") if "kill -KILL" in s.body["args"][-1]]
         assert group_kill == [f"kill -KILL -- -{signal.body['pid']} 2>/dev/null; true"]
         order = [r.rpc for r in fake.requests if r.rpc in ("Process/Start", "Process/SendSignal")]
@@ -199,9 +199,10 @@ def test_duplicates_adopt_the_newest_and_warn_with_the_count(
         fake: FakeE2B, backend: E2BBackend, caplog: pytest.LogCaptureFixture) -> None:
     scope = scope_digest(backend.profile, "dup", backend.settings, persistent=True)
     meta = {"hermes_plugin": "e2b-terminal", "hermes_scope": scope}
-    opts = {"api_key": API_KEY, "api_url": fake.url, "sandbox_url": fake.url}
-    older = e2b.Sandbox.create("base", timeout=300, metadata=meta, **opts)
-    newer = e2b.Sandbox.create("base", timeout=300, metadata=meta, **opts)
+    older = e2b.Sandbox.create("base", timeout=300, metadata=meta, api_key=API_KEY, api_url=fake.url,
+                               sandbox_url=fake.url)
+    newer = e2b.Sandbox.create("base", timeout=300, metadata=meta, api_key=API_KEY, api_url=fake.url,
+                               sandbox_url=fake.url)
     try:
         fake.sandbox(newer.sandbox_id).started_at += 1  # started later, whatever the clock's resolution
         with caplog.at_level(logging.WARNING, logger="hermes_sandboxes.backends.e2b"):

@@ -45,6 +45,14 @@ def wait_until(predicate: Any, what: str, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def _sandbox_id(env: Any) -> str:
+    """The E2B id of the sandbox a Hermes environment of the e2b plugin runs on."""
+    from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox
+
+    assert isinstance(env.sandbox, E2BSandbox)
+    return env.sandbox.sandbox_id
+
+
 def lifecycle_calls(fake: FakeE2B, sandbox_id: str) -> list[str]:
     """Requests that would pause or kill the sandbox."""
     return [f"{r.method} {r.path}" for r in fake.requests if r.sandbox_id == sandbox_id
@@ -60,7 +68,7 @@ def ephemeral(monkeypatch: pytest.MonkeyPatch, hermes_home: Path) -> Iterator[Pa
 def test_cleanup_during_a_command_is_deferred_until_it_ends(fake: FakeE2B, ephemeral: Path) -> None:
     assert run("echo up", "t-defer")["exit_code"] == 0
     env = environment("t-defer")
-    sandbox_id = env.sandbox.sandbox_id
+    sandbox_id = _sandbox_id(env)
     results: list[dict[str, Any]] = []
     worker = threading.Thread(target=lambda: results.append(
         run("while [ ! -e /tmp/go ]; do sleep 0.05; done; echo finished", "t-defer")))
@@ -93,7 +101,7 @@ def test_cleanup_of_a_vanished_sandbox_and_a_repeated_cleanup_do_nothing(
     (hermes_home / "skills" / "s" / "SKILL.md").write_text("a skill\n")  # so there is state to pull
     assert run("echo up", "t-gone")["exit_code"] == 0
     env = environment("t-gone")
-    fake.world.kill(fake.sandbox(env.sandbox.sandbox_id))  # deleted behind our back (dashboard, CLI)
+    fake.world.kill(fake.sandbox(_sandbox_id(env)))  # deleted behind our back (dashboard, CLI)
     with caplog.at_level(logging.INFO):
         env.cleanup()
         env.cleanup()
@@ -108,7 +116,7 @@ def test_ctrl_c_during_the_pull_back_still_destroys_the_sandbox_and_is_raised_ag
     (ephemeral / "skills" / "s" / "SKILL.md").write_text("a skill\n")
     assert run("echo up", "t-int")["exit_code"] == 0
     env = environment("t-int")
-    sandbox_id = env.sandbox.sandbox_id
+    sandbox_id = _sandbox_id(env)
     lease = env.options.lease
     assert lease is not None and lease.is_writer
     # Ctrl-C arrives while the pull-back's download is under way (Hermes holds it to the attempt's end)
@@ -128,7 +136,7 @@ def test_a_finalised_environment_never_pulls_and_only_an_ephemeral_sandbox_is_de
     env = provider.create_environment(cwd="", timeout=60, task_id="t-final",
                                       container_config={"container_persistent": persistent})
     assert env.execute("echo hi")["output"].strip() == "hi"
-    sandbox_id = env.sandbox.sandbox_id
+    sandbox_id = _sandbox_id(env)
     fake.clear_requests()
     del env
     gc.collect()
@@ -138,7 +146,7 @@ def test_a_finalised_environment_never_pulls_and_only_an_ephemeral_sandbox_is_de
         again = provider.create_environment(cwd="", timeout=60, task_id="t-final",
                                             container_config={"container_persistent": True})
         try:
-            assert again.sandbox.sandbox_id == sandbox_id
+            assert _sandbox_id(again) == sandbox_id
             assert again.options.lease is not None and again.options.lease.is_writer  # released on finalising
         finally:
             again.cleanup()
@@ -149,7 +157,7 @@ def test_a_finalised_environment_never_pulls_and_only_an_ephemeral_sandbox_is_de
 def test_a_persistent_sandbox_is_never_paused_or_killed_by_cleanup(fake: FakeE2B, hermes_home: Path) -> None:
     assert run("echo up", "t-keep")["exit_code"] == 0
     env = environment("t-keep")
-    sandbox_id = env.sandbox.sandbox_id
+    sandbox_id = _sandbox_id(env)
     fake.clear_requests()
     env.cleanup()
     assert not lifecycle_calls(fake, sandbox_id) and fake.sandbox(sandbox_id).state == "running"
@@ -161,7 +169,7 @@ def test_a_persistent_sandbox_e2b_paused_is_resumed_for_the_pull_back_and_left_t
     (hermes_home / "skills" / "s" / "SKILL.md").write_text("a skill\n")
     assert run("echo from-the-agent > ~/.hermes/skills/s/SKILL.md", "t-paused")["exit_code"] == 0
     env = environment("t-paused")
-    sandbox_id = env.sandbox.sandbox_id
+    sandbox_id = _sandbox_id(env)
     fake.pause(sandbox_id)  # its lease ran out before the session ended
     fake.clear_requests()
     env.cleanup()

@@ -58,6 +58,7 @@ def test_a_real_hermes_runs_its_terminal_tool_in_an_e2b_sandbox_with_checkpoints
     assert ran["exit_code"] == 0 and str(ran["output"]).split() == ["hello", "/home/user"], ran
     assert len(fake.sandboxes()) == 1
     saved = call("sandbox_checkpoint", {"comment": "greeting written"})
+    assert isinstance(saved["checkpoint"], str)
     call("terminal", {"command": "rm -f /home/user/greeting"})
     assert call("sandbox_restore", {"id": saved["checkpoint"]})["restored"] == saved["checkpoint"]
     assert str(call("terminal", {"command": "cat /home/user/greeting"})["output"]).strip() == "hello"

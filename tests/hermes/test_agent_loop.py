@@ -32,7 +32,8 @@ def with_named_checkpoint(build: Any) -> Any:
     def step(conversation: Conversation) -> Step:
         for text in conversation.tool_results():
             if "was taken before this command" in text:
-                return build(checkpoint_named(text))
+                built: Step = build(checkpoint_named(text))
+                return built
         raise AssertionError(f"no checkpoint was named to the model: {conversation.tool_results()}")
     return step
 

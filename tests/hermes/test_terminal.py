@@ -84,9 +84,9 @@ def test_an_interrupt_kills_the_command_and_reports_130(hermes: HermesHarness) -
     worker = threading.Thread(target=call)
     worker.start()
     time.sleep(1.5)
-    set_interrupt(True, box["tid"])  # type: ignore[arg-type]
+    set_interrupt(True, box["tid"])
     worker.join(20)
-    set_interrupt(False, box["tid"])  # type: ignore[arg-type]
+    set_interrupt(False, box["tid"])
     assert not worker.is_alive()
     assert box["result"]["exit_code"] == 130  # type: ignore[index]
     assert hermes.run("ps -eo args | grep '^sleep 100' || true")["output"].strip() == ""

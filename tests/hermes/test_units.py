@@ -107,7 +107,7 @@ def test_parse_size() -> None:
     assert parse_size("100") == 100
     for bad in ("", "2X", "-1G", True):
         with pytest.raises(InvalidInput):
-            parse_size(bad)  # type: ignore[arg-type]
+            parse_size(bad)
 
 
 @pytest.mark.parametrize(("command", "programs"), [

@@ -103,7 +103,8 @@ def box_dirs(sb: LocalSandbox) -> dict[str, Path]:
 
 def box_dir(sb: LocalSandbox, controller: str) -> Path:
     """The running incarnation's box in the hierarchy ``controller`` works in (see cgroup_dir)."""
-    return cgroup_dir(sb, controller) / init_state(sb)["cgroups"].get("box", "box")
+    box: str = init_state(sb)["cgroups"].get("box", "box")
+    return cgroup_dir(sb, controller) / box
 
 
 def pid_alive(pid: int) -> bool:

@@ -8,6 +8,8 @@ Prints a JSON object: label -> 0 when the call succeeded, else the errno it fail
 a successful call returns are closed; a process a successful clone made exits at once.
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
@@ -17,17 +19,17 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
 
-def _arg(value):
+def _arg(value: object) -> ctypes.c_void_p | ctypes.c_char_p | ctypes.Array[ctypes.c_char] | ctypes.c_long:
     if value is None:
         return ctypes.c_void_p(0)
     if isinstance(value, str):
         return ctypes.c_char_p(value.encode())
     if isinstance(value, dict):
         return ctypes.create_string_buffer(int(value["buf"]))
-    return ctypes.c_long(value)
+    return ctypes.c_long(int(value))  # type: ignore[call-overload]  # an int from the JSON plan
 
 
-def call(name, number, args):
+def call(name: str, number: int, args: list[object]) -> int:
     result = libc.syscall(ctypes.c_long(number), *[_arg(a) for a in args])
     if result < 0:
         return ctypes.get_errno()
@@ -40,7 +42,7 @@ def call(name, number, args):
     return 0
 
 
-def in_child(name, number, args):
+def in_child(name: str, number: int, args: list[object]) -> int:
     pid = os.fork()
     if pid == 0:
         try:
@@ -51,8 +53,8 @@ def in_child(name, number, args):
     return os.waitstatus_to_exitcode(status)
 
 
-def main():
-    out = {}
+def main() -> None:
+    out: dict[str, int] = {}
     for label, name, number, args, child in json.loads(sys.argv[1]):
         out[label] = in_child(name, number, args) if child else call(name, number, args)
     print(json.dumps(out))

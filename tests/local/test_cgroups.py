@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.backends.local.cgroups import hierarchies
+from hermes_sandboxes.backends.local.client import LocalProcess
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
 from tests.local.kit import (
     box_dir,
@@ -45,6 +46,7 @@ def _mount_args(h: hierarchies.Hierarchy) -> list[str]:
 
 def test_the_init_and_its_commands_are_in_their_own_group_in_every_hierarchy(sandbox: LocalSandbox) -> None:
     proc = sandbox.start("sleep 7801")
+    assert isinstance(proc, LocalProcess)
     try:
         sh(sandbox, "true")
         dirs = cgroup_dirs(sandbox)

@@ -4,6 +4,7 @@ others are not touched; root inside cannot lift it."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -175,7 +176,7 @@ def test_root_inside_cannot_lift_its_disk_limit(local_backend: LocalBackend) -> 
             layer = btrfstree.subvol_info(fd).treeid
         finally:
             os.close(fd)
-        probe = sh(sb, ["python3", "-c", PROBE, str(group), str(layer)]).stdout
+        probe = sh(sb, shlex.join(["python3", "-c", PROBE, str(group), str(layer)])).stdout
         # the overlay passes no btrfs ioctl on (ENOTTY), and without CAP_SYS_ADMIN the kernel
         # would refuse them anyway
         assert len(probe.splitlines()) == 12 and "SUCCEEDED" not in probe, probe

@@ -310,8 +310,9 @@ def test_the_placeholder_becomes_the_secret_for_the_credential_s_hosts_only(
         assert len(server.seen_auth) == before
         assert sh(brokered, f"{CURL} {server.url}/auth").stdout == "no-secret\n"  # the host itself is allowed
     for server in (http_a, https_a):
-        wait_for(lambda s=server: any(r.port == s.port and r.credential == "GITHUB_TOKEN"
-                                      for r in audit(broker_backend, brokered)), "the credential's audit record")
+        port = server.port
+        wait_for(lambda: any(r.port == port and r.credential == "GITHUB_TOKEN"  # noqa: B023  (used at once)
+                             for r in audit(broker_backend, brokered)), "the credential's audit record")
     assert not any(r.credential for r in audit(broker_backend, brokered) if r.port in (http_b.port, https_b.port))
 
 

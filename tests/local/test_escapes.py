@@ -121,7 +121,7 @@ ALLOWED_PROBES: list[tuple[str, str, list[Any], bool]] = [
 
 def _syscall_number(name: str) -> int:
     """The native number of a call, from libseccomp (negative: this architecture has none)."""
-    import pyseccomp  # type: ignore[import-untyped]
+    import pyseccomp
 
     number = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
     assert isinstance(number, int)
@@ -188,7 +188,7 @@ def victims() -> Iterator[Victims]:
     try:
         for kind in ("copy", "btrfs"):
             home = register_home(Path(tempfile.mkdtemp(prefix=f"hsl-v{kind}-", dir=VISIBLE_PARENT)))
-            backend = LocalBackend(home, store=kind, image_size="1G")  # type: ignore[arg-type]
+            backend = LocalBackend(home, store=kind, image_size="1G")
             backends.append(backend)
             sb = backend.create(fresh_name())  # unique: cgroup paths are shared by every store's sandboxes
             sb.write_file("/root/secret.txt", secret.encode())

@@ -75,7 +75,9 @@ def world() -> Iterator[World]:
         made.append(home_dir)
         (home_dir / ".ssh").mkdir()
         (home_dir / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
-        mkd = lambda tag: Path(tempfile.mkdtemp(prefix=f"hsl-{tag}-", dir=VISIBLE_PARENT))  # noqa: E731
+        def mkd(tag: str) -> Path:
+            return Path(tempfile.mkdtemp(prefix=f"hsl-{tag}-", dir=VISIBLE_PARENT))
+
         hermes_home = mkd("hh")
         made.append(hermes_home)
         (hermes_home / "auth.json").write_text('{"token": "hermes secret"}\n')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,10 @@ def test_everything_fails_cleanly_on_a_destroyed_sandbox(local_backend: LocalBac
     sb = local_backend.create(fresh_name())
     ck = sb.checkpoint()
     sb.destroy()
-    calls = [lambda: sb.exec("true"), lambda: sb.start("true"), lambda: sb.read_file("/etc/hostname"),
-             lambda: sb.write_file("/root/x", b"x"), lambda: sb.checkpoint(), lambda: sb.checkpoints(),
-             lambda: sb.restore(ck.id), lambda: sb.info(), lambda: local_backend.get(sb.name)]
+    calls: list[Callable[[], object]] = [
+        lambda: sb.exec("true"), lambda: sb.start("true"), lambda: sb.read_file("/etc/hostname"),
+        lambda: sb.write_file("/root/x", b"x"), lambda: sb.checkpoint(), lambda: sb.checkpoints(),
+        lambda: sb.restore(ck.id), lambda: sb.info(), lambda: local_backend.get(sb.name)]
     for call in calls:
         with pytest.raises(SandboxNotFound):
             call()

@@ -15,9 +15,8 @@ from collections.abc import Iterator
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.backends.local.client import LocalProcess
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.sandbox import SandboxSpec
+from hermes_sandboxes.sandbox import Process, SandboxSpec
 from tests.local.kit import box_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
 
 
@@ -245,7 +244,7 @@ def test_a_program_that_is_not_executable_exits_126(sandbox: LocalSandbox) -> No
 
 
 def test_a_kill_from_inside_an_output_sink_kills_at_once(sandbox: LocalSandbox) -> None:
-    holder: dict[str, LocalProcess] = {}
+    holder: dict[str, Process] = {}
     ready = threading.Event()
 
     def sink(chunk: bytes) -> None:

@@ -45,7 +45,7 @@ def run_filter(program: bytes, nr: int, arch: int = AUDIT_ARCH_X86_64, args: tup
             taken = {0x15: acc == k, 0x25: acc > k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
             pc += jt if taken else jf
         elif code == 0x06:  # ret #k
-            return k
+            return int(k)
         else:
             raise AssertionError(f"instruction {code:#x} at {pc - 1} is not one this interpreter knows")
     raise AssertionError("the program did not return")

@@ -13,6 +13,7 @@ import os
 import platform
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ HOST_BYTES = 8 << 20
 
 
 @pytest.fixture
-def host_dir() -> Path:
+def host_dir() -> Iterator[Path]:
     token = secrets.token_hex(6)
     path = Path(f"/tmp/hsl-race-{token}")
     (path / "sub").mkdir(parents=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 from hermes_sandboxes.recorder.journal import CheckpointRecord
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
@@ -24,7 +25,7 @@ HARMLESS = [*RISKY_LOOKING_INTERNAL, f"ls -1 {KERNEL}/rpc/req_* 2>/dev/null || t
             "cat /etc/hostname"]
 
 
-def recorded(sandbox: Sandbox, home: Path, **options: object) -> RecordedSandbox:
+def recorded(sandbox: Sandbox, home: Path, **options: Any) -> RecordedSandbox:
     return HostState(home, durable=False).recorded(sandbox, **options)
 
 
@@ -66,7 +67,8 @@ def test_retention_keeps_the_newest_named_checkpoint_whatever_its_age(sandbox: S
     newer = autos(box)[-1]
     box.promise(newer)  # a newer checkpoint is named: the first one is no longer the agent's undo
     box.exec("echo 6 > /root/n")
-    assert box.broken_promises == (first.id,)
+    broken: tuple[str, ...] = box.broken_promises  # read again: the exec broke the first promise
+    assert broken == (first.id,)
     assert first.id not in [c.id for c in box.checkpoints()] and newer in [c.id for c in box.checkpoints()]
 
 

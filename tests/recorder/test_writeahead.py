@@ -168,6 +168,7 @@ def test_settle_records_the_commands_a_dead_recorder_left_and_a_restore_counts_t
     recorded.journal.append(ExecStartRecord(sandbox=sandbox.name, id="gone", command="make deploy",
                                             owner=dead_process()))
     [lost] = recorded.settle()
+    assert isinstance(lost, ExecRecord)
     assert lost.lost and lost.id == "gone" and lost.exit_code is None and "died before it ended" in (lost.error or "")
     assert recorded.settle() == []  # once
     [discarded] = recorded.restore(taken.id) or []

@@ -44,7 +44,7 @@ def wait_for(predicate: Any, what: str, timeout: float = 20.0) -> None:
 @pytest.fixture
 def backend(fake: FakeSprites) -> Iterator[SpritesBackend]:
     with SpritesBackend(SpritesSettings(api_url=fake.url), token=fake.token) as sprites:
-        yield sprites  # type: ignore[misc]
+        yield sprites
 
 
 @pytest.fixture

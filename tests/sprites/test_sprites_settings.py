@@ -56,10 +56,10 @@ def test_api_url_comes_from_the_setting_then_the_environment(monkeypatch: pytest
 
 def test_token_is_read_from_sprites_token_then_sprite_token() -> None:
     env = {"SPRITE_TOKEN": "second"}
-    assert find_token(env.get) == "second"
+    assert find_token(lambda key: env.get(key)) == "second"
     env["SPRITES_TOKEN"] = "first"
-    assert find_token(env.get) == "first"
-    assert find_token({}.get) is None
+    assert find_token(lambda key: env.get(key)) == "first"
+    assert find_token(lambda key: None) is None
     with pytest.raises(InvalidSettings, match="unknown setting"):
         build(token="x")  # never a setting: it would end up in config files
 

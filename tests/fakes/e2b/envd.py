@@ -14,6 +14,7 @@ launches the command with it: interactive input is out of its scope).
 from __future__ import annotations
 
 import asyncio
+import email.message
 import email.parser
 import json
 import posixpath
@@ -40,7 +41,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 def _event(**kwargs: Any) -> pb.ProcessEvent:
     ((name, value),) = kwargs.items()
-    return pb.ProcessEvent(event=Oneof(name, value))
+    return pb.ProcessEvent(event=Oneof(name, value))  # type: ignore[arg-type]  # the name is one of the oneof's
 
 
 class _Base:
@@ -123,7 +124,7 @@ class ProcessService(_Base, Process):
                 if kind == "end":
                     yield self._end_event(payload)
                     return
-                yield _event(data=pb.ProcessEvent.DataEvent(output=Oneof(kind, payload)))
+                yield _event(data=pb.ProcessEvent.DataEvent(output=Oneof(kind, payload)))  # type: ignore[arg-type]
         finally:
             with proc.lock:
                 if sub in proc.subscribers:
@@ -289,9 +290,11 @@ def _multipart(content_type: str, body: bytes, default_path: str) -> list[tuple[
     message = email.parser.BytesParser().parsebytes(
         f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode() + body)
     uploads = []
-    for part in message.get_payload():  # type: ignore[union-attr]
+    for part in message.get_payload():
+        assert isinstance(part, email.message.Message), "a multipart upload's parts are messages"
         name = part.get_filename() or default_path
-        uploads.append((default_path or name, part.get_payload(decode=True) or b""))
+        data = part.get_payload(decode=True)
+        uploads.append((default_path or name, data if isinstance(data, bytes) else b""))
     return uploads
 
 

@@ -182,7 +182,7 @@ class FakeSprites:
             await self._http(scope, receive, send)
 
     def _authorized(self, scope: dict[str, Any]) -> bool:
-        headers = dict(scope["headers"])
+        headers: dict[bytes, bytes] = dict(scope["headers"])
         return headers.get(b"authorization", b"") == f"Bearer {self.token}".encode()
 
     async def _http(self, scope: dict[str, Any], receive: Callable[[], Any], send: Callable[..., Any]) -> None:
