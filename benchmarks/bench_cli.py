@@ -82,7 +82,7 @@ class Server:
             pid = int(self.pidfile.read_text())
         except (OSError, ValueError):
             return
-        if b"warmserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if b"hermes_sandboxes.cli.fastpath.server" in Path(f"/proc/{pid}/cmdline").read_bytes():
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""The warm exec path (cli/warm.py, warmserver.py, warmworker.py), in real processes: a per-user
+"""The warm exec path (cli/fastpath/: warm.py, server.py, worker.py), in real processes: a per-user
 server forks a worker per ``exec``, which must be indistinguishable from the CLI in-process (bytes,
 exit codes, records, signals), must stop its command when its client dies, and must never leave a
 client hanging or serve someone else.

@@ -1,8 +1,8 @@
 """The ``hermes-sandboxes`` command-line tool (entry point ``hermes_sandboxes.cli:main``).
 
-``main`` first offers an ``exec`` to this user's warm exec server (warm.py: a client of a few
+``main`` first offers an ``exec`` to this user's warm exec server (fastpath/warm.py: a client of a few
 built-in modules; the server keeps the fast path imported and forks a worker per call), then to the
-fast path in-process (fast.py: ``exec`` with the standard library, the contract and the recorder
+fast path in-process (fastpath/inprocess.py: ``exec`` with the standard library, the contract and the recorder
 only); anything else goes to the click application, imported only then. All of it happens inside a
 Ctrl-C guard: an interrupt while Python is still importing ends the command quietly (exit 130), not
 with a traceback.

@@ -2,12 +2,12 @@
 
 Validating the config file costs the settings models (pydantic) on every call; ``exec`` is called
 per command by scripts and agents. So the full CLI, having validated, writes the result here and
-the fast path (fast.py) reads it back, keyed by everything validation depends on: the config
+the fast path (fastpath/inprocess.py) reads it back, keyed by everything validation depends on: the config
 file's path, size, mtime and inode (or its absence), the backend named by flag or environment, the
 ``-o``/``--home`` overrides, the core count (``cpus`` is checked against it) and the code that
 validates (the package's settings modules' mtimes). Any change is a miss, and a miss means the
 full CLI runs and validates again. Kept in ``<state>/settings-cache.json``, a few entries at most.
-Only the standard library (and the digest of identity.py) is imported here.
+Only the standard library (and the digest of names.py) is imported here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MAX_ENTRIES = 8
-_CODE = ("settings.py", "config.py", "backends/local/settings.py")
+_CODE = ("settings.py", "cli/config.py", "backends/local/settings.py")  # what validation reads
 
 
 def config_path(explicit: str | None) -> Path:

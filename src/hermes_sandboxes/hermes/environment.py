@@ -201,7 +201,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         died before its teardown pull) first recovers the agent's files, then pushes everything, and
         after a checkpoint restore by any process it pushes what differs. Until such a push completes,
         and after any failed one, the scope is dirty. A reader runs only against prepared, clean
-        state (see leases.py)."""
+        state (see hermes/sync/leases.py)."""
         lease = self.options.lease
         if lease is None:
             self._push(force=self._follow_local_restore() or force)

@@ -234,7 +234,7 @@ class RecordedSandbox:
         self.lookup = lookup
         self.redactor = redactor if redactor is not None else Redactor()
         self.retention_note = ""  # set when retention had to keep more than it was asked to
-        # the sandbox's writer lease (leases.py), made only when needed: a restore is noted there, so
+        # the sandbox's writer lease (hermes/sync/leases.py), made only when needed: a restore is noted there, so
         # a running Hermes session re-syncs its state, and its files go with the sandbox
         self._scope_lease = scope_lease
         self.restore_token = ""  # the token the last restore through this object noted ("": none)
@@ -680,7 +680,7 @@ class RecordedSandbox:
         """Tell every Hermes session on this host that the sandbox's files went back in time, so each
         brings its ``~/.hermes`` up to date before its next command: a token beside the journal
         (``restore_noted``: sessions without a writer lease read it) and, while a Hermes process holds
-        the scope's writer lease, the lease's restore stamp (leases.py: its writer re-syncs, readers
+        the scope's writer lease, the lease's restore stamp (hermes/sync/leases.py: its writer re-syncs, readers
         wait). With no holder the stamp is removed again at once: the next writer pushes all anyway."""
         if self._scope_lease is None:
             return

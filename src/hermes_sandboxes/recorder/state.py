@@ -7,7 +7,7 @@ id of where a backend's sandboxes live, so two local stores or two Sprites accou
 
     <state>/<backend key>/audit.jsonl               every event of that backend's sandboxes
     <state>/<backend key>/journals/<sandbox>.jsonl  one sandbox's checkpoint journal
-    <state>/leases/<digest>.*                       writer leases of remote sandboxes (leases.py)
+    <state>/leases/<digest>.*                       writer leases of remote sandboxes (hermes/sync/leases.py)
 
 ``<state>`` is ``$HERMES_SANDBOXES_STATE``, else ``$XDG_STATE_HOME/hermes-sandboxes``, else
 ``~/.local/state/hermes-sandboxes``. ``recorded()`` is the one place a ``RecordedSandbox`` is built
@@ -60,7 +60,7 @@ class HostState:
         self.durable = durable
 
     def writer_lease(self, backend_key: str, sandbox: str) -> WriterLease:
-        """One view of the writer lease of a remote sandbox (see leases.py), under ``<state>/leases``."""
+        """One view of the writer lease of a remote sandbox (see hermes/sync/leases.py), under ``<state>/leases``."""
         from hermes_sandboxes.hermes.sync.leases import WriterLease
 
         return WriterLease(self.root / "leases", f"{backend_key}/{sandbox}", label=sandbox)

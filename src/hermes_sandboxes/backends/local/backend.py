@@ -291,7 +291,7 @@ class LocalBackend(Backend):
 
     def migrate_store(self, *, stop_running: bool = False,
                       progress: Callable[[str], None] | None = None) -> builtins.list[str]:
-        """A copy store becomes a btrfs store, sandbox by sandbox (backends/local/maintenance.py)."""
+        """A copy store becomes a btrfs store, sandbox by sandbox (backends/local/store/maintenance.py)."""
         from hermes_sandboxes.backends.local.store import maintenance
 
         self._require_usable()

@@ -1,6 +1,6 @@
 """Where the local backend keeps things on the host, and the small file helpers around them.
 
-    <home>/store.img, <home>/mnt/          the btrfs store (see store.py)
+    <home>/store.img, <home>/mnt/          the btrfs store (see store/base.py)
     <home>/sandboxes/<name>/sandbox.json   a sandbox exists exactly when this file does
     <home>/run/<name>/                     runtime: init.json (pid, start time, boot id),
                                            init.log, root/ (mount point, empty on host)

@@ -1,5 +1,5 @@
 """The warm exec server: one process per user and key that keeps the ``exec`` path imported and
-forks a worker (warmworker.py) per call, the zygote pattern (as dmypy or nailgun do).
+forks a worker (worker.py) per call, the zygote pattern (as dmypy or nailgun do).
 
 Started in the background by a client that found no server (warm.py), in its own session, on
 /dev/null, with no inherited descriptor, in ``/``. It exits at once if another server holds the

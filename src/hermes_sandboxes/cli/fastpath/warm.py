@@ -1,7 +1,7 @@
 """The warm path's client: hand an ``exec`` to this user's warm exec server and wait for its code.
 
 A CLI ``exec`` imports ~60 modules before it can run a command; scripts and agents pay that per
-command. So a per-user server (warmserver.py) keeps them imported and forks one worker per call:
+command. So a per-user server (server.py) keeps them imported and forks one worker per call:
 this client only connects, sends one request (argv, the environment as bytes, the umask, the
 signals we ignore, ``sys.path``) with our stdin, stdout, stderr and working directory as file
 descriptors, and reads back the worker's pid, then its exit code. The worker is the CLI for that

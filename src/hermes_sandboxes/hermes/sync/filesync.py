@@ -216,7 +216,7 @@ class SandboxFileSync:
                 raise SyncFailed(f"file sync into the sandbox failed, command not run: {error}") from error
 
     def recover(self) -> recovery.RecoveryReport:
-        """Take the agent's skills/ and memories/ back before a push buries them (see recovery.py);
+        """Take the agent's skills/ and memories/ back before a push buries them (see sync/recovery.py);
         raises (StateUnreadable, RecoveryFailed) when that cannot be done safely."""
         hermes_home = importlib.import_module("hermes_constants").get_hermes_home()
         with self._lock, _capped():
