@@ -84,7 +84,10 @@ def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path, scratch: Pa
     assert "| CLI `exec NAME -- true`, warm server" in proc.stdout
     assert not list(scratch.iterdir()), "the benchmark left its store behind"
     assert not [p for p in Path("/proc").glob("[0-9]*/cmdline")
-                if _reads(p).find(b"hermes_sandboxes.cli.fastpath.server") >= 0 and str(tmp_path).encode() in _reads(p.parent / "environ")]
+                if SERVER in _reads(p) and str(tmp_path).encode() in _reads(p.parent / "environ")]
+
+
+SERVER = b"hermes_sandboxes.cli.fastpath.server"  # the warm exec server's module, in its command line
 
 
 def _reads(path: Path) -> bytes:
