@@ -25,6 +25,7 @@ from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Process
 from tests.cli import cli_kit
 from tests.cli.cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
+from tests.patience import until_started
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 
@@ -209,7 +210,8 @@ def test_exec_with_a_malformed_env_fails_in_one_line(home: Path, box: LocalSandb
 
 
 def test_exec_stops_a_command_at_its_timeout_with_exit_124(home: Path, box: LocalSandbox) -> None:
-    result = hs(home, "exec", box.name, "--timeout", "1", "--", "echo begun; sleep 60")
+    result = until_started(lambda timeout: hs(home, "exec", box.name, "--timeout", f"{timeout:g}", "--",
+                                              "echo begun; sleep 60"), lambda result: result.stdout != "")
     assert result.exit_code == 124
     assert result.stdout == "begun\n" and "timed out" in result.stderr
     assert ok(home, "exec", box.name, "--", "pgrep -x sleep || echo none").stdout == "none\n"

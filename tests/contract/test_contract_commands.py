@@ -10,6 +10,7 @@ import pytest
 
 from hermes_sandboxes.errors import InvalidInput, SandboxFileNotFound
 from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Backend, Capability, Sandbox
+from tests.patience import until_started
 
 
 def test_a_string_runs_in_a_shell_and_a_list_runs_as_is(sandbox: Sandbox) -> None:
@@ -24,7 +25,8 @@ def test_exit_codes_are_the_commands_own_and_128_plus_n_for_a_signal(sandbox: Sa
 
 
 def test_a_timeout_stops_the_command_with_exit_124(sandbox: Sandbox) -> None:
-    result = sandbox.exec("echo before; sleep 30; echo after", timeout=1)
+    result = until_started(lambda timeout: sandbox.exec("echo before; sleep 30; echo after", timeout=timeout),
+                           lambda result: result.stdout != "")
     assert result.exit_code == TIMEOUT_EXIT_CODE and result.timed_out
     assert result.stdout == "before\n"
     assert sandbox.exec("pgrep -x sleep || echo none").stdout == "none\n"
@@ -32,7 +34,11 @@ def test_a_timeout_stops_the_command_with_exit_124(sandbox: Sandbox) -> None:
 
 def test_a_tree_kill_takes_detached_children_too_where_the_backend_promises_it(
         backend: Backend, sandbox: Sandbox) -> None:
-    result = sandbox.exec("setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & sleep 302", timeout=1)
+    # each child says it started, so the kill is proven to have found all three running
+    script = ("setsid sh -c 'echo a; exec sleep 300' & nohup sh -c 'echo b; exec sleep 301' & "
+              "echo c; sleep 302")
+    result = until_started(lambda timeout: sandbox.exec(script, timeout=timeout),
+                           lambda result: sorted(result.stdout.split()) == ["a", "b", "c"])
     assert result.exit_code == TIMEOUT_EXIT_CODE
     left = sandbox.exec("pgrep -x sleep | wc -l").stdout.strip()
     if Capability.TREE_KILL in backend.capabilities:

@@ -28,9 +28,10 @@ from hermes_sandboxes.errors import (
     SandboxUnreachable,
     Unsupported,
 )
-from hermes_sandboxes.sandbox import Limits, SandboxSpec, SandboxState
+from hermes_sandboxes.sandbox import ExecResult, Limits, SandboxSpec, SandboxState
 from hermes_sandboxes.settings import InvalidSettings, validate_settings
 from tests.fakes.e2b import API_KEY, FakeE2B
+from tests.patience import until_started
 
 
 @pytest.fixture
@@ -144,7 +145,13 @@ def test_a_timeout_kills_the_command_by_pid_and_the_sandbox_and_background_survi
         fake: FakeE2B, backend: E2BBackend) -> None:
     with opened(backend) as sb:
         daemon = sb.start("sleep 300")
-        result = sb.exec("echo started; sleep 300", timeout=3)
+
+        def attempt(timeout: float) -> ExecResult:
+            fake.clear_requests()  # what follows counts the requests of the attempt that is kept
+            result: ExecResult = sb.exec("echo started; sleep 300", timeout=timeout)
+            return result
+
+        result = until_started(attempt, lambda result: result.stdout != "", first=3)
         assert (result.exit_code, result.timed_out, result.stdout) == (124, True, "started\n")
         (signal,) = fake.calls(rpc="Process/SendSignal")
         assert signal.body["signal"] == "SIGKILL" and signal.body["pid"] != daemon.pid

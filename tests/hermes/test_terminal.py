@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
+
+from tests.local.kit import wait_for
+from tests.patience import until_started
 
 if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness
@@ -45,9 +47,9 @@ def test_files_and_cwd_persist_across_calls_and_sessions(hermes: HermesHarness) 
 
 
 def test_output_streams_so_a_timed_out_command_keeps_what_it_printed(hermes: HermesHarness) -> None:
-    started = time.monotonic()
-    result = hermes.run("echo before-the-wait; sleep 60; echo never", timeout=2)
-    assert time.monotonic() - started < 20
+    result = until_started(lambda timeout: hermes.run("echo before-the-wait; sleep 60; echo never",
+                                                      timeout=max(1, round(timeout))),
+                           lambda result: "before-the-wait" in result["output"], first=2)
     assert result["exit_code"] == 124, result
     assert "before-the-wait" in result["output"] and "never" not in result["output"]
 
@@ -60,13 +62,14 @@ def _write_script(hermes: HermesHarness, path: str, text: str) -> None:
 
 
 def test_a_timeout_kills_the_commands_whole_tree_but_the_sandbox_survives(hermes: HermesHarness) -> None:
-    _write_script(hermes, "/root/tree.sh",
-                  "setsid sleep 1001 < /dev/null > /dev/null 2>&1 &\n( sleep 1002 & wait ) &\nsleep 1003\n")
-    result = hermes.run("bash /root/tree.sh", timeout=2)
+    _write_script(hermes, "/root/tree.sh",  # each part says it started: the kill must find all three
+                  "setsid sh -c 'echo one; exec sleep 1001' < /dev/null 2>&1 &\n"
+                  "( sh -c 'echo two; exec sleep 1002' & wait ) &\necho three; sleep 1003\n")
+    result = until_started(lambda timeout: hermes.run("bash /root/tree.sh", timeout=max(1, round(timeout))),
+                           lambda result: set(result["output"].split()) >= {"one", "two", "three"}, first=2)
     assert result["exit_code"] == 124
-    time.sleep(0.5)
     survivors = hermes.run("ps -eo args | grep '^sleep 100' || true")["output"]
-    assert survivors.strip() == ""
+    assert survivors.strip() == ""  # the timeout's kill is complete when the command's result is back
     assert hermes.run("echo still here")["output"].strip() == "still here"
 
 
@@ -83,7 +86,8 @@ def test_an_interrupt_kills_the_command_and_reports_130(hermes: HermesHarness) -
 
     worker = threading.Thread(target=call)
     worker.start()
-    time.sleep(1.5)
+    sandbox = hermes.backend.get(hermes.env().sandbox_name)
+    wait_for(lambda: "sleep 1005" in sandbox.exec("ps -eo args").stdout, "the command to be running", 120)
     set_interrupt(True, box["tid"])
     worker.join(20)
     set_interrupt(False, box["tid"])

@@ -18,6 +18,7 @@ from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import Process, SandboxSpec
 from tests.local.kit import box_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
+from tests.patience import until_started
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,8 @@ time.sleep(0.2)
 
 
 def test_a_timeout_returns_124_and_says_so(sb: LocalSandbox) -> None:
-    result = sb.exec("echo before; sleep 7010; echo after", timeout=1)
+    result = until_started(lambda timeout: sb.exec("echo before; sleep 7010; echo after", timeout=timeout),
+                           lambda result: result.stdout != "")
     assert result.exit_code == 124 and result.timed_out
     assert result.stdout == "before\n"
     assert not _running(sb, "sleep 7010")
