@@ -17,6 +17,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -45,6 +46,13 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+_SYS_OPEN_TREE = {"x86_64": 428, "aarch64": 428}
+_SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = 0o2000000
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+MOUNT_ATTR_IDMAP = 0x00100000
 
 
 def _check(result: int, what: str) -> None:
@@ -142,6 +150,53 @@ def setns(fd: int, nstype: int) -> None:
 def set_capabilities(caps: frozenset[int]) -> None:
     """Make ``caps`` this process's effective and permitted sets (inheritable: none)."""
     mask = sum(1 << cap for cap in caps)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0, mask >> 32, mask >> 32, 0)
+    nr = _syscall_number(_SYS_CAPSET)
+    _check(_libc.syscall(ctypes.c_long(nr), header, data), "capset")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64))
+
+
+def idmapped_clone(path: str, userns_fd: int) -> int:
+    """A detached copy of the mount at ``path`` (that directory only, no submounts) whose ids are
+    shown through the mapping of the user namespace ``userns_fd``: on-disk id N is inner id N there.
+    Returns its descriptor (close-on-exec). OSError where the filesystem has no idmapped mounts."""
+    nr = _syscall_number(_SYS_OPEN_TREE)
+    fd = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(_AT_FDCWD), path.encode(),
+                       ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree {path}: {os.strerror(err)}")
+    attr = _MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+    nr = _syscall_number(_SYS_MOUNT_SETATTR)
+    result = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(fd), b"", ctypes.c_uint(_AT_EMPTY_PATH),
+                           ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    if result != 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, f"idmapped mount of {path}: {os.strerror(err)}")
+    return fd
+
+
+def set_fs_ids(uid: int, gid: int) -> None:
+    """setfsuid/setfsgid (they report nothing: the caller checks what it needs)."""
+    _libc.setfsgid(ctypes.c_uint(gid))
+    _libc.setfsuid(ctypes.c_uint(uid))
+
+
+def permitted_capabilities() -> int:
+    with open("/proc/self/status") as f:
+        mask: int = next(int(line.split()[1], 16) for line in f if line.startswith("CapPrm:"))
+    return mask
+
+
+def raise_permitted() -> None:
+    """Make every permitted capability effective again (a change of fsuid drops the file ones)."""
+    mask = permitted_capabilities()
     header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)(mask & 0xFFFFFFFF, mask & 0xFFFFFFFF, 0, mask >> 32, mask >> 32, 0)
     nr = _syscall_number(_SYS_CAPSET)
