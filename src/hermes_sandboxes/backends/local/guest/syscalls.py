@@ -166,7 +166,7 @@ def idmapped_clone(path: str, userns_fd: int) -> int:
     shown through the mapping of the user namespace ``userns_fd``: on-disk id N is inner id N there.
     Returns its descriptor (close-on-exec). OSError where the filesystem has no idmapped mounts."""
     nr = _syscall_number(_SYS_OPEN_TREE)
-    fd = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(_AT_FDCWD), path.encode(),
+    fd: int = _libc.syscall(ctypes.c_long(nr), ctypes.c_int(_AT_FDCWD), path.encode(),
                        ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC))
     if fd < 0:
         err = ctypes.get_errno()
