@@ -39,6 +39,7 @@ from typing import Any
 from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 
 from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
+from hermes_sandboxes.hermes import conversation
 from hermes_sandboxes.hermes.handle import StreamingHandle
 from hermes_sandboxes.hermes.sync.filesync import Pulled, SandboxFileSync, SyncFailed
 from hermes_sandboxes.hermes.sync.leases import NotAdmitted, WriterLease
@@ -112,11 +113,17 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
                 options.lease.release()
             raise
         self.init_session()
+        conversation.track(self)  # what a /sandbox typed in this conversation acts on
 
     @property
     def sandbox(self) -> Sandbox:
         """The backend's sandbox: commands stream through it, the recorder journals them."""
         return self.recorded.inner
+
+    @property
+    def closed(self) -> bool:
+        """Cleaned up: no command runs here any more."""
+        return self._gate.closed
 
     @property
     def sandbox_name(self) -> str:

@@ -2,7 +2,8 @@
 backends add theirs the same way).
 
 ``register`` must be fast (Hermes gives it 10 s) and must not crash Hermes: it only builds the
-provider and registers it, plus the agent tools and the ``hermes sandbox`` command, which are shared
+provider and registers it, plus the agent tools, the ``/sandbox`` slash command with its pre-turn hook
+(slash.py) and the ``hermes sandbox`` command, which are shared
 by all our providers and registered once per process. Nothing touches a store or the network until
 the first command. If Hermes lacks an optional registration method (older builds), that part is
 skipped with one log line.
@@ -44,6 +45,9 @@ def register_provider(ctx: Any, provider_class: str) -> None:
     from hermes_sandboxes.hermes.tools import register_tools
 
     register_tools(ctx)
+    from hermes_sandboxes.hermes.slash import register_slash
+
+    register_slash(ctx)
     if hasattr(ctx, "register_cli_command"):
         from hermes_sandboxes.hermes.cli import register_cli
 

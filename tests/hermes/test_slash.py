@@ -1,0 +1,124 @@
+"""``/sandbox`` typed in a Hermes conversation, through Hermes's own plugin command registry, and its
+undo note reaching the agent's next turn in a real ``hermes chat -q``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.fakes.model_server import say
+from tests.hermes.test_agent_loop import terminal
+
+if TYPE_CHECKING:
+    from tests.hermes.conftest import HermesHarness
+    from tests.hermes.loop_kit import AgentLoop
+
+Slash = Callable[[str], str]
+PREVIEW_ID = re.compile(r"/sandbox undo (\S+) --yes")
+
+
+def _slash() -> Slash:
+    from hermes_cli.plugins import get_plugin_command_handler, get_plugin_commands, resolve_plugin_command_result
+
+    entry = get_plugin_commands()["sandbox"]
+    assert entry["plugin_key"] == "sandbox" and entry["args_hint"], entry
+    handler = get_plugin_command_handler("sandbox")
+    assert handler is not None
+    return lambda args: str(resolve_plugin_command_result(handler(args)) or "")
+
+
+@pytest.fixture
+def chat(agent_loop: AgentLoop, monkeypatch: pytest.MonkeyPatch) -> Iterator[Slash]:
+    """This process as the human's side of ``agent_loop``'s profile: its config, its store, its
+    plugin manager (the CLI chat and the gateways dispatch ``/sandbox`` through the same registry)."""
+    from tests.hermes.conftest import _reset_hermes
+
+    agent_loop.write_config()
+    monkeypatch.setenv("HERMES_HOME", str(agent_loop.home))
+    monkeypatch.setenv("HERMES_SANDBOXES_HOME", str(agent_loop.backend.home))
+    monkeypatch.setenv("TERMINAL_ENV", "sandbox")
+    monkeypatch.setenv("TERMINAL_CONTAINER_PERSISTENT", "true")
+    monkeypatch.delenv("HERMES_SESSION_KEY", raising=False)
+    _reset_hermes()
+    yield _slash()
+    from tools.terminal_tool import cleanup_all_environments
+
+    cleanup_all_environments()
+
+
+def test_the_human_undoes_what_the_agent_broke_and_the_agent_hears_of_it(agent_loop: AgentLoop, chat: Slash) -> None:
+    broke = agent_loop.ask([
+        terminal("mkdir -p /root/app && echo v1 > /root/app/main.py && echo ok"),
+        terminal("rm -rf /root/app"),
+        say("I removed the project"),
+    ])
+    assert broke.returncode == 0, broke.output
+    assert "checkpoint" in broke.tool_results()[1]
+
+    preview = chat("undo")
+    found = PREVIEW_ID.search(preview)
+    assert found, preview
+    named = found.group(1)
+    assert "rm -rf /root/app" in preview and "/root/app/main.py" in preview and "deleted" in preview, preview
+    assert "2 path(s) changed" in preview or "path(s) changed" in preview
+    assert agent_loop.backend.get(agent_loop.sandbox().name).exec(["test", "-e", "/root/app"]).exit_code == 1, \
+        "the preview changed nothing"
+
+    done = chat(f"undo {named} --yes")
+    assert done.startswith("Undone:") and named in done, done
+    assert agent_loop.sandbox().exec(["cat", "/root/app/main.py"]).stdout == "v1\n"
+
+    after = agent_loop.ask([terminal("cat /root/app/main.py"), say("the project is back")])
+    first = after.conversations[0]
+    user = [m for m in first.messages if m.get("role") == "user"][-1]
+    text = user["content"] if isinstance(user["content"], str) else str(user["content"])
+    assert f"back at checkpoint {named}" in text and "rm -rf /root/app" in text, text
+    (cat,) = after.tool_json()
+    assert cat["output"].strip() == "v1"
+    # told once: a later turn does not hear it again
+    again = agent_loop.ask([say("nothing to do")])
+    assert "undid" not in str(again.conversations[0].messages)
+
+
+def test_status_checkpoints_log_diff_and_checkpoint(hermes: HermesHarness) -> None:
+    slash = _slash()
+    assert "no sandbox yet" in slash(""), "nothing is made by looking"
+    hermes.run("mkdir -p /root/proj && echo a > /root/proj/a.txt")
+    taken = slash("checkpoint before the refactor")
+    cp = re.search(r"Saved checkpoint (\S+) ", taken)
+    assert cp, taken
+    hermes.run("echo b > /root/proj/b.txt && rm /root/proj/a.txt")
+    status = slash("")
+    assert f"Last checkpoint: {cp.group(1)}" in status and "running" in status, status
+    assert "2 path(s) changed: 1 added, 0 modified, 1 deleted" in status, status
+    assert f"/sandbox undo goes back to {cp.group(1)}" in status
+    assert cp.group(1) in slash("checkpoints") and "before the refactor" in slash("checkpoints")
+    diff = slash("diff")
+    assert "added    /root/proj/b.txt" in diff and "deleted  /root/proj/a.txt" in diff, diff
+    log = slash("log")
+    assert "rm /root/proj/a.txt" in log and f"checkpoint {cp.group(1)} [manual]" in log, log
+    for text in (status, diff, log, slash("checkpoints")):
+        assert not set(text) & set("┏┃━│─┌┐└┘╭╮"), text  # reads the same in a chat message
+    assert "unknown subcommand" in slash("frobnicate")
+    assert "no checkpoint 'ck-nope'" in slash("undo ck-nope")
+
+
+def test_undo_from_the_chat_resyncs_a_live_session_and_fork_leaves_it_alone(hermes: HermesHarness) -> None:
+    slash = _slash()
+    hermes.run("mkdir -p /root/w && echo keep > /root/w/f")
+    cp = re.search(r"Saved checkpoint (\S+) ", slash("checkpoint good"))
+    assert cp
+    hermes.run("echo junk > /root/w/f")
+    forked = slash(f"fork {cp.group(1)} copy")
+    assert f"into {hermes.prefix}-copy" in forked, forked
+    assert hermes.backend.get(f"{hermes.prefix}-copy").exec(["cat", "/root/w/f"]).stdout == "keep\n"
+    assert "To go ahead" in slash("undo")
+    assert slash(f"undo {cp.group(1)} --yes").startswith("Undone:")
+    assert hermes.run("cat /root/w/f")["output"].strip() == "keep"  # the live environment goes on
+    from hermes_sandboxes.hermes import conversation
+
+    env = hermes.env()
+    assert conversation.take_note(env.recorded) is not None, "the note waits for the agent's next turn"
