@@ -35,10 +35,10 @@ def _until(check: Any, what: str, within: float = 60.0) -> Any:
 
 def test_a_cancelled_exec_kills_the_command_tree_and_is_recorded_as_interrupted(running: Running) -> None:
     async def scenario(client: Client) -> str:
-        name = (await call_ok(client, "sandbox_create", name="cancel"))["sandbox"]
+        name = str((await call_ok(client, "sandbox_create", name="cancel"))["sandbox"])
         ready = anyio.Event()
 
-        async def progress(value: float, total: float | None, message: str | None) -> None:
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
             if message and "ready" in message:
                 ready.set()
 
@@ -52,7 +52,7 @@ def test_a_cancelled_exec_kills_the_command_tree_and_is_recorded_as_interrupted(
             tasks.cancel_scope.cancel()
         return name
 
-    name = drive(InProcess(running), scenario)
+    name = str(drive(InProcess(running), scenario))
     recorded = running.scope.use(name).recorded
 
     def ended() -> list[ExecRecord]:
