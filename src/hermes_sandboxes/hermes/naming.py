@@ -37,6 +37,7 @@ class ProfileUnresolved(InvalidInput):
 class Profile:
     name: str  # "default", a named profile, or "custom" for any other HERMES_HOME
     home: str  # resolved home directory: the identity that goes into the digest
+    root: str = ""  # resolved Hermes root (the parent of profiles/); "" when not known
 
 
 def resolve_profile() -> Profile:
@@ -46,6 +47,7 @@ def resolve_profile() -> Profile:
         profiles = importlib.import_module("hermes_cli.profiles")
         home = Path(constants.get_hermes_home())
         name = str(profiles.get_active_profile_name())
+        root = Path(constants.get_default_hermes_root()).resolve()
     except Exception as exc:
         raise ProfileUnresolved(
             f"cannot resolve the active Hermes profile ({exc}); refusing to pick a sandbox"
@@ -54,7 +56,7 @@ def resolve_profile() -> Profile:
         raise ProfileUnresolved(
             f"the active Hermes profile's home {str(home)!r} does not exist; refusing to pick a sandbox"
         )
-    return Profile(name=name, home=str(home.resolve()))
+    return Profile(name=name, home=str(home.resolve()), root=str(root))
 
 
 def _digest(*fields: str) -> str:

@@ -20,6 +20,7 @@ from hermes_sandboxes.backends.e2b.identity import (
     CREATED_KEY,
     EPHEMERAL_FLOOR_S,
     EPHEMERAL_KEY,
+    IDENTITY_KEY,
     NAME_KEY,
     NETWORK_KEY,
     OWNER_KEY,
@@ -129,19 +130,27 @@ class E2BBackend(Backend):
         found = self.call(what, query)
         return sorted(found, key=lambda s: s.started_at, reverse=True)
 
-    def _adoptable(self, scope: str, name: str) -> e2b.SandboxInfo | None:
-        found = self._find({PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope}, f"find sandbox {name}")
-        if len(found) > 1:
-            log.warning("E2B: %d sandboxes share the identity of %s; adopting the newest (%s). The others "
-                        "pause when their leases end; delete them in the E2B dashboard.",
-                        len(found), name, found[0].sandbox_id)
-        return found[0] if found else None
+    def _adoptable(self, scope: str, name: str, *,
+                   also: tuple[tuple[str, str], ...] = ()) -> e2b.SandboxInfo | None:
+        """The newest sandbox stamped ``hermes_scope: scope``; failing that, the newest matching one
+        of the further (key, digest) pairs of ``also``, tried in order."""
+        for key, digest in ((SCOPE_KEY, scope), *also):
+            found = self._find({PLUGIN_KEY: PLUGIN_VALUE, key: digest}, f"find sandbox {name}")
+            if len(found) > 1:
+                log.warning("E2B: %d sandboxes share the identity of %s; adopting the newest (%s). The others "
+                            "pause when their leases end; delete them in the E2B dashboard.",
+                            len(found), name, found[0].sandbox_id)
+            if found:
+                return found[0]
+        return None
 
     def _metadata(self, name: str, scope: str, ephemeral: bool,
                   settings: E2BSettings | None = None) -> dict[str, str]:
-        return {**(settings or self.settings).metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name,
-                OWNER_KEY: self.owner, EPHEMERAL_KEY: "true" if ephemeral else "false",
-                **_network_metadata(posture_of(settings or self.settings)), CREATED_KEY: f"{time.time():.3f}"}
+        chosen = settings or self.settings
+        identity = scope_digest(self.profile, name, chosen, persistent=not ephemeral)
+        return {**chosen.metadata, PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, IDENTITY_KEY: identity,
+                NAME_KEY: name, OWNER_KEY: self.owner, EPHEMERAL_KEY: "true" if ephemeral else "false",
+                **_network_metadata(posture_of(chosen)), CREATED_KEY: f"{time.time():.3f}"}
 
     def lease(self, ephemeral: bool) -> int:
         if ephemeral:  # an idle ephemeral sandbox must outlive the reaper that cleans it up
@@ -178,14 +187,21 @@ class E2BBackend(Backend):
             "metadata": {**self.settings.metadata, **spec.labels},
         })
 
-    def open(self, name: str, spec: SandboxSpec | None = None) -> E2BSandbox:
+    def open(self, name: str, spec: SandboxSpec | None = None, *, task: str | None = None) -> E2BSandbox:
+        """The persistent sandbox ``name``, found again or created. ``task`` (the Hermes plugin's
+        task id) makes its ``hermes_scope`` the existing plugin's for that task, so either plugin
+        adopts the other's sandbox; without it the name stands in for the task. Either way a
+        sandbox made under the other form is found too (by our identity key, or by a scope the
+        name gave before task ids were used)."""
         validate_name(name)
         settings = self._effective(spec)
-        scope = scope_digest(self.profile, name, settings, persistent=True)
-        found = self._adoptable(scope, name)
+        identity = scope_digest(self.profile, name, settings, persistent=True)
+        scope = identity if task is None else scope_digest(self.profile, task, settings, persistent=True)
+        also = ((IDENTITY_KEY, identity),) if task is None else ((SCOPE_KEY, identity), (IDENTITY_KEY, identity))
+        found = self._adoptable(scope, name, also=tuple(pair for pair in also if pair != (SCOPE_KEY, scope)))
         if found is not None:
-            return self._attach(found.sandbox_id, name, scope, ephemeral=False, created=False,
-                                posture=posture_of(settings))
+            return self._attach(found.sandbox_id, name, found.metadata.get(SCOPE_KEY) or scope, ephemeral=False,
+                                created=False, posture=posture_of(settings))
         # A persistent sandbox of this name made with another template or security posture is a
         # different identity: a new one is made beside it (it pauses on its own). An ephemeral one
         # of this name is never adopted, and never shadowed either.
@@ -203,11 +219,15 @@ class E2BBackend(Backend):
             raise SandboxExists(f"a sandbox named {name} exists (made with another template or network "
                                 "posture); remove it or use another name")
 
-    def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> E2BSandbox:
+    def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False,
+               task: str | None = None) -> E2BSandbox:
+        """A new sandbox ``name``. With ``task`` (the Hermes plugin's ephemeral runs) it is stamped
+        with the existing plugin's scope for that task, which several run-unique sandboxes may
+        share: it is never adopted, so only the name must be free."""
         validate_name(name)
         settings = self._effective(spec)
-        scope = scope_digest(self.profile, name, settings, persistent=not ephemeral)
-        if self._adoptable(scope, name) is not None:
+        scope = scope_digest(self.profile, name if task is None else task, settings, persistent=not ephemeral)
+        if task is None and self._adoptable(scope, name) is not None:
             raise SandboxExists(f"an E2B sandbox named {name} already exists; use it, or remove it first")
         self._refuse_taken(name)
         return self._create(name, scope, settings, ephemeral=ephemeral)
@@ -252,9 +272,11 @@ class E2BBackend(Backend):
         except Exception as exc:
             error = map_error(exc, f"create sandbox {name}", self.redactor)
             if transient(exc):
-                # the reply may be what was lost: the sandbox may exist and be billed; find it by identity
+                # the reply may be what was lost: the sandbox may exist and be billed; find it by its
+                # scope and name (a scope alone may be shared by several ephemeral runs of one task)
                 with contextlib.suppress(SandboxError):
-                    found = self._adoptable(scope, name)
+                    found = next(iter(self._find({PLUGIN_KEY: PLUGIN_VALUE, SCOPE_KEY: scope, NAME_KEY: name},
+                                                 f"find sandbox {name}")), None)
                     if found is not None:
                         log.warning("E2B: the reply to creating %s was lost; found it as %s", name,
                                     found.sandbox_id)

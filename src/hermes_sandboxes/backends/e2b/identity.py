@@ -10,7 +10,8 @@ from hermes_sandboxes.backends.e2b.settings import MAX_LEASE_SECONDS, E2BSetting
 
 API_KEY_ENV = "E2B_API_KEY"
 PLUGIN_KEY, PLUGIN_VALUE = "hermes_plugin", "e2b-terminal"  # shared with the existing E2B plugin
-SCOPE_KEY = "hermes_scope"
+SCOPE_KEY = "hermes_scope"  # the existing plugin's digest: what it looks its sandboxes up by
+IDENTITY_KEY = "hermes_sandboxes_identity"  # the same digest over our sandbox name, for the CLI and API
 NAME_KEY = "hermes_sandboxes_name"  # our contract name, for ls/get
 OWNER_KEY = "hermes_sandboxes_owner"  # digest of the profile: list() shows this profile's sandboxes
 EPHEMERAL_KEY = "hermes_sandboxes_ephemeral"
@@ -21,9 +22,12 @@ EPHEMERAL_FLOOR_S = 60 + 60  # one Hermes reaper interval + one control-plane re
 LEASE_HEADROOM_MAX_S = 30
 
 
-def scope_digest(profile: str, name: str, settings: E2BSettings, *, persistent: bool) -> str:
-    """The identity digest, byte-compatible with the existing E2B plugin's."""
-    raw = "\0".join((profile, name or "default", settings.template,
+def scope_digest(profile: str, task: str, settings: E2BSettings, *, persistent: bool) -> str:
+    """The existing E2B plugin's ``hermes_scope``, byte for byte: sha256 over NUL-joined (the
+    profile's home key, the task id or "default", the template, persistent/ephemeral, net/nonet,
+    secure/insecure), cut to 32 hex digits. The Hermes plugin passes Hermes's task id (so each
+    plugin adopts the other's sandboxes); the CLI and the Python API pass the sandbox's name."""
+    raw = "\0".join((profile, task or "default", settings.template,
                      "persistent" if persistent else "ephemeral", _network_posture(settings),
                      "secure" if settings.secure else "insecure"))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]

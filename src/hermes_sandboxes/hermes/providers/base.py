@@ -187,12 +187,22 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         return ""
 
     def persistent_name(self, prefix: str, profile: naming.Profile, task_key: str) -> str:
-        """The one sandbox ``task_key`` of ``profile`` resumes."""
-        return naming.persistent_name(prefix, profile, task_key)
+        """The one sandbox ``task_key`` of ``profile`` resumes (``task_key`` as Hermes gave it: it
+        may be empty, which means ``default``)."""
+        return naming.persistent_name(prefix, profile, task_key or "default")
 
     def ephemeral_name(self, prefix: str, profile: naming.Profile, task_key: str) -> str:
         """A run-unique name, never adopted."""
         return naming.ephemeral_name(prefix, profile, task_key)
+
+    def open_sandbox(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
+        """Resume ``name`` or create it (``Sandbox.created`` says which) for Hermes's ``task_key``;
+        a plugin whose service keeps the task's identity itself (E2B) passes the task on."""
+        return backend.open(name, spec)
+
+    def create_ephemeral(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
+        """A new run-unique sandbox ``name`` for ``task_key``, never adopted."""
+        return backend.create(name, spec, ephemeral=True)
 
     def working_directory(self, cwd: str, settings: BackendSettings, sandbox: Sandbox) -> str:
         """Where commands start: Hermes's own default for containers (``/root``, or ``~``) means the
@@ -246,7 +256,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         def resume() -> RecordedSandbox:
             """The persistent sandbox, its allow-list brought in line with the setting where that
             undoes nobody's change (allowlist.py); what the session must be told goes to notices."""
-            recorded = record(_resume(backend, name, spec))
+            recorded = record(self.open_sandbox(backend, name, spec, key))
             if recorded.inner.created:
                 allowlist.remember_created(recorded, spec)
             else:
@@ -259,14 +269,15 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         notices: list[str] = []  # shared with the environment, which tells the session once
         try:
             if persistent:
-                key = naming.task_key_for_scope(task_key, settings.scope)
+                # the task id as Hermes gave it (empty is not "default" in every plugin's names)
+                key = naming.task_key_for_scope("" if task_id is None else str(task_id), settings.scope)
                 name = naming.require_within_prefix(prefix, self.persistent_name(prefix, profile, key))
                 recorded = resume()
 
                 reopen = resume
             else:
                 name = naming.require_within_prefix(prefix, self.ephemeral_name(prefix, profile, task_key))
-                recorded = record(backend.create(name, spec, ephemeral=True))
+                recorded = record(self.create_ephemeral(backend, name, spec, task_key))
         except SandboxError as exc:
             raise as_hermes_error(exc) from exc
         options = EnvironmentOptions(
@@ -284,7 +295,3 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
                 recorded.destroy()
             raise
 
-
-def _resume(backend: Backend, name: str, spec: SandboxSpec) -> Sandbox:
-    """Resume ``name`` or create it (``Sandbox.created`` says which: a new story begins)."""
-    return backend.open(name, spec)

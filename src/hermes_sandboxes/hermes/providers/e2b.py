@@ -1,19 +1,23 @@
 """The Hermes plugin ``e2b``: the E2B backend (``terminal.backend: e2b``), same plugin id and settings
 keys as the existing E2B plugin.
 
-Each profile is its own identity: the backend is built with the active profile's home (which goes
-into every sandbox's identity digest and owner tag) and the profile's ``E2B_API_KEY``, read from the
-profile and failing closed under a multi-profile gateway; the key never leaves the host.
+Each profile is its own identity: the backend is built with the active profile's home key (Hermes's
+``hermes_home_key()``, as the existing plugin reads it; it goes into every sandbox's identity digest
+and owner tag) and the profile's ``E2B_API_KEY``, read from the profile and failing closed under a
+multi-profile gateway; the key never leaves the host. Sandboxes are stamped and found by the existing
+plugin's ``hermes_scope`` for Hermes's task id (not our sandbox name), so a user who switches plugins
+finds the sandboxes the other one made.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 
 from hermes_sandboxes.hermes.config import active_hermes_home
 from hermes_sandboxes.hermes.providers.base import SandboxProvider
 from hermes_sandboxes.hermes.secrets import hermes_profile_secret
-from hermes_sandboxes.sandbox import Backend, Sandbox
+from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
 from hermes_sandboxes.settings import BackendSettings
 
 API_KEY = "E2B_API_KEY"
@@ -39,8 +43,19 @@ class E2BProvider(SandboxProvider):
         from hermes_sandboxes.backends.e2b.settings import E2BSettings
 
         assert isinstance(settings, E2BSettings)
-        return E2BBackend(settings, api_key=hermes_profile_secret(API_KEY) or "",
-                          profile=str(active_hermes_home().resolve()))
+        return E2BBackend(settings, api_key=hermes_profile_secret(API_KEY) or "", profile=home_key())
+
+    def open_sandbox(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
+        from hermes_sandboxes.backends.e2b import E2BBackend
+
+        assert isinstance(backend, E2BBackend)
+        return backend.open(name, spec, task=task_key)
+
+    def create_ephemeral(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
+        from hermes_sandboxes.backends.e2b import E2BBackend
+
+        assert isinstance(backend, E2BBackend)
+        return backend.create(name, spec, ephemeral=True, task=task_key)
 
     def working_directory(self, cwd: str, settings: BackendSettings, sandbox: Sandbox) -> str:
         """The ``cwd`` setting (default the sandbox's home) where Hermes gives its container default."""
@@ -49,5 +64,12 @@ class E2BProvider(SandboxProvider):
 
     def backend_identity(self, settings: BackendSettings) -> str:
         key = hermes_profile_secret(API_KEY) or ""
-        home = str(active_hermes_home().resolve())
-        return hashlib.sha256(f"{home}\0{key}".encode()).hexdigest()  # never the key itself
+        return hashlib.sha256(f"{home_key()}\0{key}".encode()).hexdigest()  # never the key itself
+
+
+def home_key() -> str:
+    """The active profile as the existing E2B plugin names it in its digest: Hermes's
+    ``hermes_home_key()`` (the resolved, case-normalised home), else the resolved home."""
+    constants = importlib.import_module("hermes_constants")
+    key = getattr(constants, "hermes_home_key", None)
+    return str(key()) if callable(key) else str(active_hermes_home().resolve())

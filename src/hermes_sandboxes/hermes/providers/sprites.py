@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from pathlib import Path
 
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.hermes.naming import Profile
@@ -66,17 +67,29 @@ def _bounded(prefix: str, display: str, digest: str) -> str:
 
 
 def profile_identity(profile: Profile) -> str | None:
-    """None for the default profile, the profile's name for a named one, ``home:<path>`` for a
-    custom HERMES_HOME (its own trust domain, never the default's)."""
+    """Who the Sprite belongs to, as the existing plugin reads it: None for the default profile
+    (the Hermes root, or ``<root>/profiles/default``), the directory name for any one directory
+    under ``<root>/profiles/`` (also one Hermes itself would not create, such as ``Work.Old``), and
+    ``home:<path>`` for any other HERMES_HOME (its own trust domain). Deliberately not as upstream:
+    a home nested deeper (``profiles/work/x``, ``profiles/default/x``) stays ``home:<path>``, where
+    upstream would hand it the Sprites of profile ``work`` or of the default profile."""
     if profile.name == "default":
         return None
+    if profile.root:
+        try:
+            parts = Path(profile.home).relative_to(Path(profile.root) / "profiles").parts
+        except ValueError:
+            parts = ()
+        if len(parts) == 1:
+            return None if parts[0] == "default" else parts[0]
     if profile.name == "custom":
         return f"home:{profile.home}"
     return profile.name
 
 
 def sprite_name(prefix: str, profile: Profile, task_key: str) -> str:
-    """The persistent Sprite of ``task_key`` on ``profile``."""
+    """The persistent Sprite of ``task_key`` on ``profile``; ``task_key`` as Hermes gave it (an
+    empty one shows as ``default`` but, on a named profile, is digested as empty, as upstream does)."""
     owner = profile_identity(profile)
     if owner is None:
         plain = f"{prefix}-{_component(task_key) or 'default'}"
