@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.recorder.state import HostState
 from tests.cli import cli_kit, warm_kit
 from tests.cli.cli_kit import CLI, Pty, as_json, hs, ok
@@ -155,11 +156,28 @@ def test_log_shows_a_command_still_running_as_running(home: Path, box: LocalSand
 # -- the record and the filesystem agree ---------------------------------------------------------------
 
 
+def _uninterrupted(home: Path, what: str) -> float:
+    """How long an uninterrupted ``checkpoint create`` or ``checkpoint restore`` takes on this machine
+    now, measured on a sandbox of its own (so the one under test keeps a record of the sweep alone):
+    the sweeps' delays are fractions of it, so they fall inside the call however loaded the machine."""
+    name = unique_name("kill9-measure")
+    ok(home, "create", name)
+    try:
+        if what == "create":
+            return took(cli(home, "checkpoint", "create", name))
+        taken = ok(home, "checkpoint", "create", name).stdout.strip()
+        return took(cli(home, "checkpoint", "restore", name, taken, "--yes"))
+    finally:
+        ok(home, "rm", name, "--yes")
+
+
 def _restore_interrupted(home: Path, box: LocalSandbox, sig: signal.Signals, point: float | str) -> tuple[int, bytes]:
     """Restore ``box`` to a checkpoint of state A from state B and send ``sig`` at ``point``: a delay
-    after the preview is shown (on a terminal, so we see it as it is printed: the restore is about
-    to start), "written ahead" (its record is in the journal) or "restore-staged" (the store has
-    staged the copy and pauses before swapping it in: HERMES_SANDBOXES_TEST_PAUSE)."""
+    (that fraction of an uninterrupted restore's time here) after the preview is shown (on a
+    terminal, so we see it as it is printed: the restore is about to start), "written ahead" (its
+    record is in the journal) or "restore-staged" (the store has staged the copy and pauses before
+    swapping it in: HERMES_SANDBOXES_TEST_PAUSE)."""
+    delay = point * _uninterrupted(home, "restore") if isinstance(point, float) else 0.0
     box.write_file("/root/state", b"A")
     taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
     box.write_file("/root/state", b"B")
@@ -174,8 +192,7 @@ def _restore_interrupted(home: Path, box: LocalSandbox, sig: signal.Signals, poi
     elif point == "restore-staged":
         poll(lambda: pause.exists() and bool(pause.read_text()), term.proc, "the restore paused once staged")
     else:
-        assert isinstance(point, float)
-        time.sleep(point)
+        time.sleep(delay)
     term.proc.send_signal(sig)
     pause.unlink(missing_ok=True)
     pause.parent.rmdir()
@@ -183,7 +200,7 @@ def _restore_interrupted(home: Path, box: LocalSandbox, sig: signal.Signals, poi
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2])
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3, 0.5, 1.0])  # fractions of a restore's time here
 def test_an_interrupted_restore_is_not_applied_or_applied_recorded_and_reported(
         home: Path, box: LocalSandbox, delay: float, sig: signal.Signals) -> None:
     code, seen = _restore_interrupted(home, box, sig, delay)
@@ -198,7 +215,7 @@ def test_an_interrupted_restore_is_not_applied_or_applied_recorded_and_reported(
     assert code in (0, 128 + sig, -sig), (code, seen)  # -N: it came after our handlers were put back
 
 
-@pytest.mark.parametrize("point", ["written ahead", "restore-staged", 0.0, 0.02, 0.05, 0.1, 0.2, 0.4])
+@pytest.mark.parametrize("point", ["written ahead", "restore-staged", 0.0, 0.1, 0.25, 0.5, 1.0, 2.0])
 def test_a_restore_killed_with_sigkill_is_all_or_nothing_and_recorded_so(
         home: Path, box: LocalSandbox, point: float | str) -> None:
     _restore_interrupted(home, box, signal.SIGKILL, point)
@@ -216,9 +233,10 @@ def test_a_restore_killed_with_sigkill_is_all_or_nothing_and_recorded_so(
         assert listing == "B+b\n" and any(r["type"] == "abandoned" for r in logged), logged
 
 
-@pytest.mark.parametrize("point", ["written ahead", "checkpoint-staged", 0.0, 0.05, 0.1, 0.2, 0.4])
+@pytest.mark.parametrize("point", ["written ahead", "checkpoint-staged", 0.0, 0.1, 0.25, 0.5, 1.0])  # fractions
 def test_a_checkpoint_killed_with_sigkill_is_listed_with_its_story_or_not_at_all(
         home: Path, box: LocalSandbox, point: float | str) -> None:
+    delay = point * _uninterrupted(home, "create") if isinstance(point, float) else 0.0
     ok(home, "exec", box.name, "--", "echo before > /root/state")
     pause = Path(tempfile.mkdtemp(prefix="hsb-pause-")) / "paused"
     env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": "checkpoint-staged",
@@ -230,8 +248,7 @@ def test_a_checkpoint_killed_with_sigkill_is_listed_with_its_story_or_not_at_all
     elif point == "checkpoint-staged":
         poll(lambda: pause.exists() and bool(pause.read_text()), proc, "the checkpoint paused once staged")
     else:
-        assert isinstance(point, float)
-        time.sleep(point)
+        time.sleep(delay)
     proc.kill()
     proc.wait()
     pause.unlink(missing_ok=True)
