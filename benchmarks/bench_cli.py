@@ -60,7 +60,7 @@ class Server:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         stamped = json.loads(subprocess.run(
-            [sys.executable, "-c", "import json; from hermes_sandboxes.cli import warm; "
+            [sys.executable, "-c", "import json; from hermes_sandboxes.cli.fastpath import warm; "
              "print(json.dumps(warm.key_of(warm.stamp())))"], env=env, capture_output=True, check=True).stdout)
         where = Path(env["XDG_RUNTIME_DIR"]) / "hermes-sandboxes"
         self.pidfile, self.socket = where / f"{stamped}.pid", where / f"{stamped}.sock"
@@ -98,7 +98,8 @@ class Server:
 
     def pid_answer_ms(self) -> float:
         """Connect, send a request (one the worker will not run: it never gets its go), read the pid."""
-        stamp = subprocess.run([sys.executable, "-c", "import marshal, sys; from hermes_sandboxes.cli import warm; "
+        stamp = subprocess.run([sys.executable, "-c", "import marshal, sys; "
+                                "from hermes_sandboxes.cli.fastpath import warm; "
                                 "sys.stdout.buffer.write(marshal.dumps(warm.stamp()))"], env=self.env,
                                capture_output=True, check=True).stdout
         request = marshal.dumps((marshal.loads(stamp), ["hermes-sandboxes"], ["exec", "x", "--", "true"],

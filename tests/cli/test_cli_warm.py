@@ -338,7 +338,7 @@ def test_another_user_is_not_served(home: Path, box: LocalSandbox, rt_in_tmp: di
 
 def test_clients_racing_to_start_a_server_leave_one(rt: dict[str, str]) -> None:
     starter = [sys.executable, "-c",
-               "from hermes_sandboxes.cli import warm; warm.start_server(warm.key_of(warm.stamp()))"]
+               "from hermes_sandboxes.cli.fastpath import warm; warm.start_server(warm.key_of(warm.stamp()))"]
     procs = [subprocess.Popen(starter, env=rt) for _ in range(4)]
     for proc in procs:
         assert proc.wait(timeout=60) == 0
@@ -507,7 +507,7 @@ def test_ctrl_c_while_the_exec_path_starts_up_prints_no_traceback(home: Path, rt
     from tests.cli.test_cli_robust import INTERRUPTED_WHILE_IMPORTING
 
     warm_kit.start(rt)
-    env = {**rt, **warm_kit.WARM_OFF} if module.endswith("fast") else rt
+    env = {**rt, **warm_kit.WARM_OFF} if module.endswith("inprocess") else rt
     done = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home),
                            "exec", "no-such-box", "--", "true"], env=env, capture_output=True, timeout=60, check=False)
     assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done

@@ -29,7 +29,7 @@ def runtime_dir(env: dict[str, str] | None = None) -> Path:
 
 def key(env: dict[str, str] | None = None) -> str:
     """The key of the server a ``python -m hermes_sandboxes.cli`` with ``env`` talks to."""
-    done = subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli import warm; "
+    done = subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli.fastpath import warm; "
                            "print(warm.key_of(warm.stamp()))"], env=env, capture_output=True, text=True,
                           check=True, timeout=60)
     return done.stdout.strip()
@@ -69,7 +69,7 @@ def answers(env: dict[str, str] | None = None) -> bool:
 
 def start(env: dict[str, str] | None = None, timeout: float = 60) -> int:
     """Start the server for ``env`` (as a client that finds none does) and wait until it listens."""
-    subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli import warm; "
+    subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli.fastpath import warm; "
                     "warm.start_server(warm.key_of(warm.stamp()))"], env=env, check=True, timeout=60)
     return wait_for_server(env, timeout)
 
