@@ -143,7 +143,9 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     image: str | None = None  # an image or template name, for backends that build from one
     labels: Mapping[str, str] = field(default_factory=dict)
-    idle_timeout: float | None = None  # seconds without a command before the service may pause it
+    # seconds without a command before the sandbox is stopped (local: its processes ended, files and
+    # checkpoints kept; E2B: its lease; Sprites: refused, the service sleeps idle Sprites by itself)
+    idle_timeout: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +191,14 @@ class SandboxInfo:
             "layer_bytes": self.layer_bytes,
             "checkpoint_count": self.checkpoint_count,
         }
+
+
+@dataclass(frozen=True)
+class IdleStop:
+    """The sandbox stopped itself at ``at`` (epoch seconds) after ``idle_timeout`` seconds idle."""
+
+    at: float
+    idle_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -402,6 +412,12 @@ class Sandbox(ABC):
         """Whether anything changed since the checkpoint, when the backend can tell cheaply
         (constant time); None when it cannot."""
         return None
+
+    def take_idle_stops(self) -> builtins.list[IdleStop]:
+        """When the sandbox stopped itself for being idle (``SandboxSpec.idle_timeout``) since the
+        last call on this host, oldest first; each is reported once, for the caller to journal. The
+        default: nothing (a backend whose service pauses on its own does not report it)."""
+        return []
 
     def oom_kills(self) -> int | None:
         """How many processes the sandbox's memory limit has killed so far, so that a caller can say

@@ -147,6 +147,8 @@ class BackendSettings(BaseModel):
     # run inside the sandbox before manual and agent checkpoints (e.g. the test suite); its result is
     # part of the checkpoint's story
     health_command: str | None = None
+    idle_timeout: float | None = Field(
+        default=None, description="seconds (or 30m, 2h) without a command before a new sandbox is stopped")
 
     @field_validator("name_prefix", mode="before")
     @classmethod
@@ -214,6 +216,19 @@ class BackendSettings(BaseModel):
     @classmethod
     def _protected(cls, value: object) -> tuple[str, ...]:
         return _absolute_paths(value)
+
+    @field_validator("idle_timeout", mode="before")
+    @classmethod
+    def _idle_timeout(cls, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(_yaml_hint(value, "a duration such as 1800, 30m or 2h"))
+        try:
+            seconds = parse_duration(value)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        if seconds <= 0:
+            raise ValueError("must be more than 0 seconds; remove the key (or set it to null) for no idle stop")
+        return seconds
 
     @field_validator("health_command", mode="before")
     @classmethod
@@ -287,7 +302,7 @@ class SpecSettings(BackendSettings):
     def spec(self) -> SandboxSpec:
         return SandboxSpec(network=self.network, allow=self.allow,
                            limits=Limits(memory_bytes=self.memory, pids=self.pids, cpus=self.cpus,
-                                         disk_bytes=self.disk))
+                                         disk_bytes=self.disk), idle_timeout=self.idle_timeout)
 
 
 def _absolute_paths(value: object) -> tuple[str, ...]:

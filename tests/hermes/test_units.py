@@ -82,6 +82,9 @@ def test_instance_scope_collapses_every_task_and_the_prefix_is_enforced() -> Non
     ({"retention_min_age": -5}, "retention_min_age", "cannot be negative"),
     ({"retention_min_age": "ten minutes"}, "retention_min_age", "not a duration"),
     ({"retention_min_age": True}, "retention_min_age", "as a boolean"),
+    ({"idle_timeout": 0}, "idle_timeout", "more than 0 seconds"),
+    ({"idle_timeout": "soon"}, "idle_timeout", "not a duration"),
+    ({"idle_timeout": True}, "idle_timeout", "as a boolean"),
     ({"nmae_prefix": "x"}, "nmae_prefix", "unknown setting"),
 ])
 def test_an_invalid_setting_names_its_key_and_reason(raw: dict[str, object], key: str, reason: str) -> None:
@@ -99,6 +102,8 @@ def test_yaml_values_are_read_the_way_a_user_means_them() -> None:
     assert settings.retention_min_age == 600.0
     assert _settings(retention_min_age="10m").retention_min_age == 600.0
     assert _settings(retention_min_age=0).retention_min_age == 0.0
+    assert _settings(idle_timeout="30m").spec().idle_timeout == 1800.0  # what a new sandbox gets
+    assert _settings().spec().idle_timeout is None
 
 
 def test_parse_size() -> None:

@@ -52,6 +52,7 @@ from hermes_sandboxes.recorder.records import (
     RecordBase,
     RestoreRecord,
     RestoreStartRecord,
+    StopRecord,
     command_text,
     parse_record,
     validate_trigger,
@@ -75,7 +76,8 @@ __all__ = [
     "AbandonedRecord", "AllowRecord", "CheckpointDeleteRecord", "CheckpointNamedRecord", "CheckpointRecord",
     "CheckpointStartRecord", "CreateRecord", "DestroyRecord", "EgressRecord", "ExecRecord",
     "ExecStartRecord", "HealthCheck", "Intent", "Journal", "Record", "RecordBase", "RedactFn",
-    "RestoreRecord", "RestoreStartRecord", "command_text", "parse_record", "utf8_safe", "validate_trigger",
+    "RestoreRecord", "RestoreStartRecord", "StopRecord", "command_text", "parse_record", "utf8_safe",
+    "validate_trigger",
 ]
 
 # Keeps one line well under a page-sized write and the journal readable when an agent sends a

@@ -398,6 +398,24 @@ class DestroyRecord(RecordBase):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StopRecord(RecordBase):
+    """The sandbox was stopped (its processes ended, files and checkpoints kept) for ``reason``:
+    ``idle`` when no command ran for ``idle_timeout`` seconds; ``ts`` is when it stopped."""
+
+    TYPE: ClassVar[str] = "stop"
+    reason: str = "idle"
+    idle_timeout: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"reason": self.reason, "idle_timeout": self.idle_timeout}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StopRecord:
+        timeout = _get(d, "idle_timeout", (int, float), optional=True)
+        return cls(sandbox=d["sandbox"], ts=d["ts"], reason=_get(d, "reason", str), idle_timeout=timeout)
+
+
+@dataclass(frozen=True, kw_only=True)
 class EgressRecord(RecordBase):
     """One connection a sandbox's egress proxy let through or refused (never what it carried)."""
 
@@ -450,12 +468,12 @@ class AllowRecord(RecordBase):
 
 Record = (CreateRecord | ExecRecord | ExecStartRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
           | CheckpointNamedRecord | DestroyRecord | EgressRecord | AllowRecord | RestoreStartRecord
-          | CheckpointStartRecord | AbandonedRecord)
+          | CheckpointStartRecord | AbandonedRecord | StopRecord)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
     for kind in (CreateRecord, ExecRecord, ExecStartRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
                  CheckpointNamedRecord, DestroyRecord, EgressRecord, AllowRecord, RestoreStartRecord,
-                 CheckpointStartRecord, AbandonedRecord)
+                 CheckpointStartRecord, AbandonedRecord, StopRecord)
 }
 
 

@@ -65,6 +65,7 @@ from hermes_sandboxes.recorder.records import (
     RecordBase,
     RestoreRecord,
     RestoreStartRecord,
+    StopRecord,
     command_text,
     validate_trigger,
 )
@@ -371,8 +372,8 @@ class RecordedSandbox:
         (see ``lost``; one the sandbox cannot be reached to stop stays open for a later call), and
         their restores and checkpoints, as the sandbox shows them (see ``intents``). Returns the
         records written."""
+        written: list[Record] = self._journal_idle_stops()  # first: lost commands may have ended with it
         story = self._story(include_internal=True)
-        written: list[Record] = []
         still_open: set[str] = set()
         for start in story.orphans():
             end = lost.end_of_lost(self._inner, start)
@@ -397,9 +398,20 @@ class RecordedSandbox:
     def _settle_pending(self) -> None:
         """Settle first when a process died with a command, restore or checkpoint under way (its
         marker is left): a verdict on a restore or checkpoint must see the sandbox as that process
-        left it, and its command must not run on. Without such a marker this costs one ``listdir``."""
+        left it, and its command must not run on. Without such a marker this costs one ``listdir``.
+        An idle stop the sandbox made on its own is journaled here too (before the command that
+        starts it again)."""
         if self._markers.dead():
             self.settle()
+        else:
+            self._journal_idle_stops()
+
+    def _journal_idle_stops(self) -> list[Record]:
+        written: list[Record] = [StopRecord(sandbox=self.name, ts=stop.at, reason="idle",
+                                            idle_timeout=stop.idle_timeout) for stop in self._inner.take_idle_stops()]
+        for record in written:
+            self._record(record)
+        return written
 
     @contextlib.contextmanager
     def _ahead(self, intent: Intent) -> Iterator[None]:

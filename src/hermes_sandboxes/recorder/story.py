@@ -27,6 +27,7 @@ from hermes_sandboxes.recorder.records import (
     Record,
     RestoreRecord,
     RestoreStartRecord,
+    StopRecord,
 )
 from hermes_sandboxes.util.values import dataclass
 
@@ -151,8 +152,8 @@ class Story:
             if told is not None:
                 self.checkpoints[record.id] = CheckpointStory(
                     told.record, told.previous, told.commands, deleted=record)
-        elif isinstance(record, EgressRecord | AllowRecord):
-            pass  # the network (its traffic, its allow-list) is no part of a checkpoint's story
+        elif isinstance(record, EgressRecord | AllowRecord | StopRecord):
+            pass  # the network (its traffic, its allow-list) and stops are no part of a checkpoint's story
         elif isinstance(record, CheckpointNamedRecord):
             self.named.append(record.id)
         else:  # create or destroy: a new life for the name, the old checkpoints went with the old one

@@ -190,8 +190,8 @@ class LocalBackend(Backend):
         if spec.image is not None:
             raise Unsupported("the local backend builds on a root filesystem directory, not an image: "
                               "set the local backend's 'base' setting instead")
-        if spec.idle_timeout is not None:
-            raise Unsupported("the local backend does not pause idle sandboxes (an idle one costs ~5 MB)")
+        if spec.idle_timeout is not None and not spec.idle_timeout > 0:
+            raise InvalidInput(f"an idle timeout is a positive number of seconds, not {spec.idle_timeout!r}")
 
     def _new_meta(self, name: str, spec: SandboxSpec, *, ephemeral: bool, **more: object) -> dict[str, object]:
         return {"name": name, "ephemeral": ephemeral, "created_at": time.time(), "spec": spec.to_dict(),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hermes_sandboxes.backends.local import cgroups, client, incarnation, paths
@@ -24,6 +26,7 @@ from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
     FileChange,
+    IdleStop,
     OutputSink,
     Process,
     Sandbox,
@@ -82,6 +85,8 @@ class LocalSandbox(Sandbox):
         self._meta_file = layout.meta_file(name)
         self._run = layout.run_dir(name)
         self._lock = layout.lock_file(name)
+        self._use_lock = self._lock.with_suffix(".use")  # held shared while a request is on its way
+        self._stops = self._run / "stops.jsonl"  # the init's notes of its idle stops
         self._socket = layout.socket_file(name)
         self._cgroups: cgroups.SandboxCgroups | None = None
         self._runtime_cache: tuple[tuple[int, int], dict[str, Any]] | None = None
@@ -232,6 +237,9 @@ class LocalSandbox(Sandbox):
             "trust": self._trust_layer(layer / "upper", self.base or "/"),
             "cgroups": groups.join_dirs,
             "freezer": str(groups.freezer),
+            "idle_timeout": self.spec.idle_timeout,
+            "stops": str(self._stops),
+            "use_lock": str(self._use_lock),
         }
 
     def _reload_spec(self) -> None:
@@ -458,10 +466,53 @@ class LocalSandbox(Sandbox):
         if tag is not None:
             check_tag(tag)
         self._check_exists()
-        sock, freezer = self._ensure_running()
-        return client.LocalProcess(sandbox=self.name, socket_path=sock, freezer=freezer, request=request,
-                                   stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
-                                   background=background, attach=attach, exec_id=tag)
+        with self._in_use():
+            sock, freezer = self._ensure_running()
+            return client.LocalProcess(sandbox=self.name, socket_path=sock, freezer=freezer, request=request,
+                                       stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+                                       background=background, attach=attach, exec_id=tag)
+
+    @contextlib.contextmanager
+    def _in_use(self, exclusive: bool = False) -> Iterator[None]:
+        """The use lock, shared from the check that the init runs until the request is queued at
+        its socket: an init whose idle time ran out stops only when it gets the lock exclusively,
+        so it sees that request and stays, or this waits for it to be gone and starts another
+        (see guest/init.py). Only sandboxes with an idle timeout pay for it (two flock calls)."""
+        if not self.spec.idle_timeout:
+            yield
+            return
+        self._use_lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._use_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def take_idle_stops(self) -> list[IdleStop]:
+        """The init's notes of its idle stops, taken under the use lock held exclusively (an init
+        writes one only while it holds that lock, right before it exits). One ``stat`` when none."""
+        try:
+            if os.stat(self._stops).st_size == 0:
+                return []
+        except FileNotFoundError:
+            return []
+        with self._in_use(exclusive=True):
+            try:
+                fd = os.open(self._stops, os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return []
+            try:
+                data = os.read(fd, 1 << 20)
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)
+        stops = []
+        for line in data.decode(errors="replace").splitlines():
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                note = json.loads(line)
+                stops.append(IdleStop(float(note["at"]), note.get("idle_timeout")))
+        return stops
 
     def _file_op(self, op: str, path: str, data: bytes | None = None, mode: int = 0o644) -> bytes:
         if not path.startswith("/"):

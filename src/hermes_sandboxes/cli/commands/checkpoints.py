@@ -44,6 +44,7 @@ from hermes_sandboxes.recorder.journal import (
     Record,
     RestoreRecord,
     RestoreStartRecord,
+    StopRecord,
 )
 from hermes_sandboxes.recorder.liveness import alive
 from hermes_sandboxes.recorder.sandbox import RestorePreview, StoriedCheckpoint
@@ -406,6 +407,9 @@ def _describe(r: Record) -> list[str]:
         return ["", "", f"{what}: {one_line(r.reason, 60)}"]
     if isinstance(r, AllowRecord):
         return ["", "", one_line(_allow_change(r), 80)]
+    if isinstance(r, StopRecord):
+        after = f" after {duration(r.idle_timeout)} without a command" if r.idle_timeout else ""
+        return ["", "", f"{r.reason} stop{after}: processes ended, files and checkpoints kept"]
     assert isinstance(r, DestroyRecord)
     return ["", "", ""]
 

@@ -19,7 +19,7 @@ from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound,
 from hermes_sandboxes.names import validate_name
 from hermes_sandboxes.recorder.command import RecordedProcess
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, Process, SandboxSpec
-from hermes_sandboxes.util.units import parse_size
+from hermes_sandboxes.util.units import parse_duration, parse_size
 
 TYPE_CHECKING = False  # (as in session.py, where CliPolicy exists only for type checkers)
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ def spec_options(func: F) -> F:
                                                    "(local backend; default the host's /)."),
         click.option("--mask", "masks", multiple=True, metavar="PATH",
                      help="Backend setting 'masks': another host path to hide inside (repeatable)."),
+        click.option("--idle-timeout", metavar="DURATION",
+                     help="Stop the sandbox after this long without a command, e.g. 30m (files and "
+                          "checkpoints stay; the next command starts it again). Setting 'idle_timeout'."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -74,7 +77,7 @@ def command_options(func: F) -> F:
 
 def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...], memory: str | None,
                pids: int | None, cpus: float | None, base: str | None, masks: tuple[str, ...],
-               disk: str | None = None) -> SandboxSpec:
+               disk: str | None = None, idle_timeout: str | None = None) -> SandboxSpec:
     """The settings' spec with the flags laid over it; ``--base``/``--mask`` are backend settings."""
     try:
         memory_bytes = parse_size(memory, unit_required=True) if memory is not None else None
@@ -84,6 +87,10 @@ def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...]
         disk_bytes = parse_size(disk, unit_required=True) if disk is not None else None
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="'--disk'") from None
+    try:
+        idle = parse_duration(idle_timeout) if idle_timeout is not None else None
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="'--idle-timeout'") from None
     workspace.override(base=base, masks=list(masks))
     default = workspace.effective.settings.spec()
     limits = default.limits
@@ -94,6 +101,7 @@ def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...]
         limits=Limits(memory_bytes if memory_bytes is not None else limits.memory_bytes,
                       pids or limits.pids, cpus or limits.cpus,
                       disk_bytes if disk_bytes is not None else limits.disk_bytes),
+        idle_timeout=idle if idle is not None else default.idle_timeout,
     )
 
 

@@ -11,6 +11,17 @@ and serves requests: each ``exec`` forks a child that is placed in its own freez
 The launcher records the init's host pid and exits; the init outlives whoever started it, which
 is what keeps background processes and persistent sandboxes alive between calls.
 
+Idle stop (``idle_timeout``): the init itself stops the sandbox once no command a client waits for
+has run for that long, so it happens with no host process of ours alive. The clock restarts at each
+request and when a command ends or its client leaves; while a command's client is connected it
+never runs out (a command whose host process died does not keep the sandbox up). The init then
+takes the sandbox's use lock (a host file opened before the root was built) without waiting:
+a host process that is about to connect holds it shared (client side: sandbox.py), so either that
+request is already queued at the listener, which then cancels the stop, or the client waits for
+the init to be gone and starts the sandbox again. The init writes one line to the sandbox's stop
+notes (another host file; the recorder journals it as an idle stop) and exits: as PID 1 its
+namespace dies with it, files and checkpoints stay.
+
 Kept to the standard library and cheap imports: its resident memory is the idle cost of a sandbox.
 """
 
@@ -19,6 +30,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import select
 import selectors
 import signal
 import socket
@@ -100,8 +112,13 @@ class Init:
     forwarder_pid = 0
     start_forwarder: Callable[[], int] | None = None
 
+    idle_timeout: float | None = None
+    stops_fd = -1  # the host's stop notes, append only
+    use_fd = -1  # the host's use lock of this sandbox
+
     def __init__(self, listener: socket.socket, freezer_fd: int, helper_caps: frozenset[int]) -> None:
         self.listener = listener
+        self.last_active = time.monotonic()
         self.helper_caps = helper_caps
         self.freezer_fd = freezer_fd
         self.home_procs = os.open("cgroup.procs", os.O_WRONLY, dir_fd=freezer_fd)
@@ -122,21 +139,55 @@ class Init:
         self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
         self.sel.register(wake_r, selectors.EVENT_READ, self._reap)
         while True:
-            events = self.sel.select(self.stubs.timeout())
+            events = self.sel.select(self._timeout())
             if not events:
                 self._refill()
+                self._idle_check()
             for key, _ in events:
                 try:
                     key.data(key.fileobj)
                 except Exception as exc:  # the init outlives any request: everything depends on it
                     sys.stderr.write(f"hermes-sandboxes init: {type(exc).__name__}: {exc}\n")
 
+    def _timeout(self) -> float | None:
+        wait = self.stubs.timeout()
+        if self.idle_timeout is None or self._attended():
+            return wait
+        left = max(0.0, self.last_active + self.idle_timeout - time.monotonic()) + 0.01
+        return left if wait is None else min(wait, left)
+
+    def _attended(self) -> bool:
+        """Whether a command runs whose client is still connected (never stopped for idleness)."""
+        return any(conn is not None for conn, _ in self.children.values())
+
+    def _idle_check(self) -> None:
+        timeout = self.idle_timeout
+        if timeout is None or self._attended() or time.monotonic() - self.last_active < timeout:
+            return
+        try:
+            fcntl.flock(self.use_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a host process is about to send a request: it counts as activity
+            self.last_active = time.monotonic() - timeout + 1.0
+            return
+        if select.select([self.listener], [], [], 0)[0]:  # a request came in meanwhile
+            fcntl.flock(self.use_fd, fcntl.LOCK_UN)
+            return
+        self.listener.close()  # held until the end: whoever waits on the lock finds no init
+        note = f'{{"reason": "idle", "at": {time.time():.3f}, "idle_timeout": {timeout}}}\n'
+        try:  # noqa: SIM105 - contextlib would cost the init start-up time
+            os.write(self.stops_fd, note.encode())
+        except OSError:
+            pass
+        os._exit(0)
+
     def _accept(self, listener: socket.socket) -> None:
+        self.last_active = time.monotonic()
         conn, _ = listener.accept()
         conn.settimeout(5)
         self.sel.register(conn, selectors.EVENT_READ, self._request)
 
     def _close(self, conn: socket.socket) -> None:
+        self.last_active = time.monotonic()
         self.sel.unregister(conn)
         conn.close()
         for pid, (c, group) in self.children.items():
@@ -235,6 +286,7 @@ class Init:
                     self._restart_forwarder()
                 continue
             conn, group = entry
+            self.last_active = time.monotonic()
             self.idle_groups.add(group)
             if conn is not None:
                 _send_quietly(conn, {"exit": _exit_code(status)})
@@ -309,6 +361,10 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     os.close(log)
     os.close(devnull)
     freezer_fd = os.open(cfg["freezer"], os.O_RDONLY | os.O_DIRECTORY)
+    idle = cfg.get("idle_timeout")
+    if idle:  # host files the idle stop needs, opened while the host's paths are in reach
+        stops_fd = os.open(cfg["stops"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        use_fd = os.open(cfg["use_lock"], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     if cfg["network"] == "proxy":  # imported while the host's modules are still in reach (threads)
         from hermes_sandboxes.backends.local.guest import forwarder
     socket.sethostname(cfg["hostname"])
@@ -335,6 +391,8 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
         pass  # the host process went away: the next start finds this init unrecorded and kills it
     os.close(reply)
     init = Init(listener, freezer_fd, caps)
+    if idle:
+        init.idle_timeout, init.stops_fd, init.use_fd = float(idle), stops_fd, use_fd
     if forwarder_pid:
         init.forwarder_pid, init.start_forwarder = forwarder_pid, forwarder.start
     init.serve()
