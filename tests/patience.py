@@ -29,3 +29,22 @@ def until_started(attempt: Callable[[float], T], started: Callable[[T], bool], *
             return result
         assert timeout < limit, f"the command never started within a {timeout:g} s timeout"
         timeout *= 2
+
+
+def read_until(fd: int, needle: bytes, timeout: float = 60.0, seen: bytes = b"") -> bytes:
+    """Read ``fd`` until ``needle`` has come (all read so far, ``seen`` first), failing with what
+    came once ``timeout`` passes: never a read that blocks past it."""
+    import os
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{needle!r} never came; read: {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 4096)
+            assert chunk, f"end of file before {needle!r}; read: {seen[-2000:]!r}"
+            seen += chunk
+    return seen

@@ -14,6 +14,7 @@ from pathlib import Path
 from hermes_sandboxes.backends.local import LocalSandbox
 from tests.cli import cli_kit
 from tests.cli.cli_kit import CLI, Pty, as_json, ok
+from tests.patience import read_until
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
 
@@ -90,10 +91,8 @@ def test_a_terminal_that_hangs_up_ends_the_shell_as_a_closed_window_does(home: P
     # (and a job that keeps writing to the terminal, so output is under way when it hangs up)
     os.write(master, b"sleep 604 & nohup sleep 601 >/dev/null 2>&1 & setsid sleep 602 & sleep 603 & disown; "
                      b"while :; do echo tick; sleep 0.01; done & echo job-$((2*3))\r")
-    seen, deadline = b"", time.monotonic() + 60
-    while b"job-6\r\n" not in seen:  # the typed line is echoed as "job-$((2*3))"
-        assert time.monotonic() < deadline, seen
-        seen += os.read(master, 4096)
+    deadline = time.monotonic() + 60
+    read_until(master, b"job-6\r\n")  # the typed line is echoed as "job-$((2*3))"
     # each job is sleep itself by now (so nohup has ignored SIGHUP and setsid has left the session:
     # a terminal closed before that would hang them up too, here as on a real one)
     while sorted(box.exec("pgrep -ax sleep | cut -d' ' -f3 | grep ^60").stdout.split()) != ["601", "602", "603", "604"]:

@@ -31,7 +31,7 @@ from hermes_sandboxes.errors import (
 )
 from hermes_sandboxes.sandbox import Capability, ExecResult, Limits, SandboxSpec
 from tests.fakes.sprites import FakeSprites, Fault
-from tests.patience import until_started
+from tests.patience import read_until, until_started
 
 
 def wait_for(predicate: Any, what: str, timeout: float = 20.0) -> None:
@@ -379,9 +379,7 @@ def test_an_interactive_terminal_runs_over_the_tty_mode(sprite: SpritesSandbox, 
         slave = -1
         os.write(master, b"typed\n")
         assert proc.wait(30) == 0
-        seen = b""
-        while b"got-typed" not in seen:
-            seen += os.read(master, 4096)
+        seen = read_until(master, b"got-typed")
     finally:
         os.close(master)
         if slave >= 0:

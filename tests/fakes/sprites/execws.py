@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import pty
+import select
 import struct
 import termios
 import threading
@@ -116,6 +117,8 @@ class ExecConnection:
         self._linger = linger
         self._gone = asyncio.Event()  # the client closed its end
         self.detached = False
+        self._exited = threading.Event()  # the terminal command ended: drain what it left, then stop
+        self._drained = threading.Event()
 
     # output from the command's pump threads into the event loop, blocking when the client lags
     def _sink(self, stream: int) -> Callable[[bytes], None]:
@@ -182,15 +185,26 @@ class ExecConnection:
         threading.Thread(target=self._wait_exit, daemon=True).start()
 
     def _copy_terminal(self) -> None:
-        sink = self._sink(STDOUT)
-        while True:
-            try:
-                chunk = os.read(self.session.master_fd, 65536)
-            except OSError:  # EIO: the last holder of the terminal's slave side is gone
-                return
-            if not chunk:
-                return
-            sink(chunk)
+        """Copy the terminal's output until the command has ended and all it wrote is read (as the
+        service streams a command's output whole): a background job still holding the terminal
+        does not keep the stream open, and nothing written before the end is dropped."""
+        sink, fd = self._sink(STDOUT), self.session.master_fd
+        try:
+            while True:
+                ready, _, _ = select.select([fd], [], [], 0 if self._exited.is_set() else 0.1)
+                if not ready:
+                    if self._exited.is_set():
+                        return
+                    continue
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # EIO: the last holder of the terminal's slave side is gone
+                    return
+                if not chunk:
+                    return
+                sink(chunk)
+        finally:
+            self._drained.set()
 
     def _wait_exit(self) -> None:
         session = self.session
@@ -199,8 +213,9 @@ class ExecConnection:
             code = session.process.wait()
         except Exception:
             code = 255
-        if session.master_fd >= 0:  # let the terminal copier read what is left, then stop it
-            time.sleep(0.05)
+        if session.master_fd >= 0:  # the terminal copier reads what is left, then stops
+            self._exited.set()
+            self._drained.wait()
             with contextlib.suppress(OSError):
                 os.close(session.master_fd)
         session.exit_code = 255 if code is None else code
