@@ -24,6 +24,8 @@ if [[ "${1:-}" == *test* ]]; then
   dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
   command -v cpio >/dev/null 2>&1 || need_apt+=(cpio)
   command -v depmod >/dev/null 2>&1 || need_apt+=(kmod)
+  # the real agent clients of tests/mcp (Codex CLI, Claude Code) install from npm
+  command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -51,4 +53,5 @@ fi
 
 if [[ "$extras" == *test* ]]; then
   bash tests/guest/build.sh  # the guest's kernel and initramfs, under build/guest (reused when unchanged)
+  bash tests/mcp/clients.sh  # Codex CLI and Claude Code, pinned, under build/clients (reused when unchanged)
 fi

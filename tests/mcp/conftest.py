@@ -30,3 +30,8 @@ def running(local_backend: LocalBackend, tmp_path: Path, prefix: str) -> Iterato
         left = [i.name for i in local_backend.list() if i.name.startswith(f"{prefix}-")]
         for name in left:
             local_backend.get(name).destroy()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clients: real agent clients (Codex CLI, Claude Code) end to end; they run "
+                                       "in the normal suite (deselect with -m 'not clients')")
