@@ -17,6 +17,8 @@ if [[ "${1:-}" == *test* ]]; then
   command -v wget >/dev/null 2>&1 || need_apt+=(wget)
   command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
   command -v update-ca-certificates >/dev/null 2>&1 || need_apt+=(ca-certificates)
+  # setcap/getcap: a checkpoint must keep a file's capabilities (tests/local/test_checkpoints.py)
+  command -v setcap >/dev/null 2>&1 || need_apt+=(libcap2-bin)
 fi
 if [[ "${1:-}" == *test* ]]; then
   # the cgroup v2 tests run in a QEMU guest (tests/guest): emulator, static busybox, initramfs tools

@@ -35,7 +35,7 @@ def test_the_local_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_pat
     out = tmp_path / "local.json"
     proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
-    assert out.exists(), proc.stderr
+    assert proc.returncode == 0 and out.exists(), proc.stderr  # a benchmark that failed is a failure
     report = json.loads(out.read_text())
     results = report["results"]
     assert results["concurrent"]["succeeded"] == 20, results["concurrent"]["errors"]
@@ -60,7 +60,7 @@ def test_the_proxy_benchmark_runs_in_quick_mode_and_writes_both_measures(tmp_pat
     out = tmp_path / "proxy.json"
     proc = subprocess.run([sys.executable, str(PROXY_BENCH), "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env=_env(scratch))
-    assert out.exists(), proc.stderr
+    assert proc.returncode == 0 and out.exists(), proc.stderr  # a benchmark that failed is a failure
     results = json.loads(out.read_text())["results"]
     assert results["download"]["host_mb_s"] > 0 and results["download"]["proxy_mb_s"] > 0
     assert results["https_small"]["samples"] == 20 and results["https_small"]["proxy_brokered_p50_ms"] > 0
@@ -74,7 +74,7 @@ def test_the_cli_benchmark_runs_and_writes_its_ratio(tmp_path: Path, scratch: Pa
     bench = BENCH.parent / "bench_cli.py"
     proc = subprocess.run([sys.executable, str(bench), "--runs", "3", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env=_env(scratch))
-    assert out.exists(), proc.stderr
+    assert proc.returncode == 0 and out.exists(), proc.stderr  # a benchmark that failed is a failure
     report = json.loads(out.read_text())
     results = report["results"]
     assert results["ratio_warm"] > 0 and results["ratio_in_process"] > 0, results
@@ -102,7 +102,7 @@ def test_the_record_benchmark_runs_and_writes_the_overhead_of_recording(tmp_path
     bench = BENCH.parent / "bench_record.py"
     proc = subprocess.run([sys.executable, str(bench), "--runs", "5", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, env=_env(scratch))
-    assert out.exists(), proc.stderr
+    assert proc.returncode == 0 and out.exists(), proc.stderr  # a benchmark that failed is a failure
     results = json.loads(out.read_text())["results"]
     assert {"bare_exec", "recorded_fsync", "recorded_no_fsync"} <= set(results)
     assert results["recorded_fsync"]["runs"] == 5 and "overhead_ms" in results["recorded_no_fsync"]

@@ -32,6 +32,8 @@ from hermes_sandboxes.sandbox import (
 )
 from hermes_sandboxes.settings import BackendSettings
 
+WRAPPER_REFUSED = "degraded test wrapper: called although the capability is not declared: "
+
 HIDDEN = frozenset({Capability.DIFF, Capability.DELETE_CHECKPOINTS, Capability.TREE_KILL, Capability.FORK,
                     Capability.TERMINAL, Capability.CHEAP_CHECKPOINTS, Capability.EGRESS_ALLOWLIST,
                     Capability.KILL_TAGGED})
@@ -87,11 +89,13 @@ class DegradedSandbox(Sandbox):
     def restore(self, checkpoint_id: str) -> None:
         self._inner.restore(checkpoint_id)
 
+    # Worded unlike any message of ours, so that a test of a face's refusal sees the face's own check
+    # of the capability, not this wrapper's error passed through.
     def delete_checkpoint(self, checkpoint_id: str) -> None:
-        raise Unsupported(f"the {NAME} backend cannot delete checkpoints")
+        raise Unsupported(WRAPPER_REFUSED + "delete_checkpoint")
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
-        raise Unsupported(f"the {NAME} backend cannot diff checkpoints")
+        raise Unsupported(WRAPPER_REFUSED + "diff")
 
     def destroy(self) -> None:
         self._inner.destroy()

@@ -46,6 +46,7 @@ def test_retention_keeps_every_checkpoint_and_says_why_when_the_backend_cannot_d
         assert recorded.exec(f"rm -rf /root/d{i}").auto_checkpoint is not None
     assert len(recorded.checkpoints()) == 3
     assert "cannot delete checkpoints" in recorded.retention_note and "retention asks for 1" in recorded.retention_note
+    assert degraded.WRAPPER_REFUSED not in recorded.retention_note
 
 
 def test_a_restore_preview_says_the_backend_cannot_diff(degraded_backend: degraded.DegradedBackend, name: str,
@@ -55,6 +56,7 @@ def test_a_restore_preview_says_the_backend_cannot_diff(degraded_backend: degrad
     recorded.exec("echo x > /root/x")
     preview = recorded.restore_preview(taken.id)
     assert preview.changes is None and "cannot diff" in (preview.diff_unavailable or "")
+    assert degraded.WRAPPER_REFUSED not in (preview.diff_unavailable or "")
     assert [c.command for c in preview.commands or ()] == ["echo x > /root/x"]
 
 
@@ -68,10 +70,12 @@ def test_the_cli_refuses_what_the_backend_cannot_do_in_one_line(local_backend: L
                        (("network", "allow", name, "pypi.org"), "no egress allow-list")):
         result = run(home, *args)
         assert result.exit_code == 1 and result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+        assert degraded.WRAPPER_REFUSED not in result.stderr  # refused by the CLI's own capability check
     shell = run(home, "shell", name)
     assert shell.exit_code == 125 and "no interactive terminal" in shell.stderr
     restored = run(home, "checkpoint", "restore", name, taken, "--yes")  # the preview says why it has no diff
     assert restored.exit_code == 0 and "cannot diff" in restored.stdout
+    assert degraded.WRAPPER_REFUSED not in restored.stdout + restored.stderr
 
 
 def test_exec_and_the_story_work_the_same_on_the_degraded_backend(local_backend: LocalBackend, name: str) -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from tests.hermes.conftest import HermesHarness
 
 
+from tests.contract.degraded import WRAPPER_REFUSED
 from tests.contract.degraded_hermes import PLUGIN_INIT
 
 REPO = str(Path(__file__).resolve().parents[2])  # the plugin's child Hermes imports the fakes from here
@@ -39,9 +40,10 @@ def test_the_agent_tools_say_what_a_degraded_backend_cannot_do(hermes: HermesHar
     assert hermes.run("echo hello")["output"].strip() == "hello"
     taken = hermes.call("sandbox_checkpoint", {"comment": "before"})["checkpoint"]
     diff = hermes.call("sandbox_diff", {"id": taken})
-    assert "cannot diff" in diff["error"]
+    assert "cannot diff" in diff["error"] and WRAPPER_REFUSED not in diff["error"]  # the tool's own check
     for i in range(2):  # two automatic checkpoints with a retention of one: none can be deleted
         assert "sandbox_restore" in hermes.run(f"rm -rf /root/d{i}")["output"]
     listed = hermes.call("sandbox_checkpoints", {})
     assert len(listed["checkpoints"]) == 3 and "cannot delete checkpoints" in listed["retention"]
+    assert WRAPPER_REFUSED not in listed["retention"]
     assert hermes.call("sandbox_restore", {"id": taken})["restored"] == taken
