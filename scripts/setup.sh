@@ -12,6 +12,9 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need_apt+=(libseccomp2)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the egress tests fetch through the proxy with it
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)  # ...and pip download from a local index
+# rootless mode: newuidmap/newgidmap map a user's /etc/subuid range; mmdebstrap builds its Debian base
+command -v newuidmap >/dev/null 2>&1 || need_apt+=(uidmap)
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 if [[ "${1:-}" == *test* ]]; then
   # the proxy's CA in a sandbox's system trust store: wget and openssl read it, update-ca-certificates rebuilds it
   command -v wget >/dev/null 2>&1 || need_apt+=(wget)
@@ -28,6 +31,7 @@ if [[ "${1:-}" == *test* ]]; then
   command -v depmod >/dev/null 2>&1 || need_apt+=(kmod)
   # the real agent clients of tests/mcp (Codex CLI, Claude Code) install from npm
   command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+  command -v mkfs.xfs >/dev/null 2>&1 || need_apt+=(xfsprogs)  # the rootless store's reflink kind, tested on XFS
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -56,4 +60,6 @@ fi
 if [[ "$extras" == *test* ]]; then
   bash tests/guest/build.sh  # the guest's kernel and initramfs, under build/guest (reused when unchanged)
   bash tests/mcp/clients.sh  # Codex CLI and Claude Code, pinned, under build/clients (reused when unchanged)
+  # the rootless base's tarball (mmdebstrap, ~1-2 min once), under build/rootless-base (reused)
+  .venv/bin/python -m tests.store_rootless.base_cache >/dev/null
 fi

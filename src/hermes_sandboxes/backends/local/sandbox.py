@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend
     from hermes_sandboxes.backends.local.guest import masks
     from hermes_sandboxes.backends.local.store import base as storage
-    from hermes_sandboxes.backends.local.store import treediff
     from hermes_sandboxes.egress import policy
     from hermes_sandboxes.sandbox import Stdin
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs none of them
@@ -55,7 +54,6 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     launcher = lazy_module("hermes_sandboxes.backends.local.launcher")
     masks = lazy_module("hermes_sandboxes.backends.local.guest.masks")
     storage = lazy_module("hermes_sandboxes.backends.local.store.base")
-    treediff = lazy_module("hermes_sandboxes.backends.local.store.treediff")
     trust = lazy_module("hermes_sandboxes.backends.local.trust")
     policy = lazy_module("hermes_sandboxes.egress.policy")
 
@@ -577,7 +575,7 @@ class LocalSandbox(Sandbox):
                 continue
             if record.get("size_bytes") is None:  # snapshots never change: measure once, keep it
                 snapshot = store.checkpoint_path(self.name, checkpoint_id) / "upper"
-                record["size_bytes"] = storage.tree_bytes(snapshot)
+                record["size_bytes"] = store.tree_bytes(snapshot)
                 with contextlib.suppress(OSError):
                     paths.write_json(record_file, record)
             records.append(_checkpoint_from(record))
@@ -639,7 +637,7 @@ class LocalSandbox(Sandbox):
 
     def _diff(self, old: Path, new: Path) -> list[FileChange]:
         hint = self._backend.store.change_hint(self.name, old, new)
-        return treediff.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint)
+        return self._backend.store.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint)
 
     def changed_since(self, checkpoint_id: str) -> bool | None:
         """Whether the sandbox's files may have changed since the checkpoint: False only when they

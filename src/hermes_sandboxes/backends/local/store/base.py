@@ -34,6 +34,7 @@ from hermes_sandboxes.backends.local.guest import syscalls as sc
 from hermes_sandboxes.backends.local.store import btrfstree, quota, treediff
 from hermes_sandboxes.backends.local.store.fdwalk import Tree
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError, Unsupported
+from hermes_sandboxes.sandbox import FileChange
 from hermes_sandboxes.util.units import parse_size
 
 _IOW_4096 = 0x50009400  # _IOW(BTRFS_IOCTL_MAGIC, nr, 4096-byte argument)
@@ -114,6 +115,8 @@ def _wait_loop_released(loop: str, image: str, deadline_s: float = 10.0) -> None
 class Store(ABC):
     kind: str
     cheap: bool  # checkpoint and restore cost does not grow with the layer
+    rootless = False  # a store of an ordinary user's sandboxes (see rootless.py)
+    xattr_prefix = "trusted.overlay."  # the overlay's xattrs in this store's layers
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -167,7 +170,7 @@ class Store(ABC):
             elif child.exists():
                 child.unlink()
         with contextlib.suppress(SandboxError):
-            remove_tree(base)
+            self._remove_tree(base)
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
         # staged beside its final name: btrfs refuses to move a read-only subvolume to another
@@ -252,7 +255,19 @@ class Store(ABC):
                     entry.unlink()
 
     def layer_bytes(self, name: str) -> int:
-        return tree_bytes(self.layer(name) / "upper")
+        return self.tree_bytes(self.layer(name) / "upper")
+
+    def tree_bytes(self, path: Path) -> int:
+        """Disk bytes of the files under ``path`` in this store (see tree_bytes)."""
+        return tree_bytes(path)
+
+    def _remove_tree(self, path: Path) -> None:
+        remove_tree(path)
+
+    def diff_layers(self, old: Path, new: Path, lower: Path | None,
+                    hint: treediff.Hint | None) -> list[FileChange]:
+        """What changed from the upper layer ``old`` to ``new`` over the base ``lower`` (treediff)."""
+        return treediff.diff_layers(old, new, lower, hint, self.xattr_prefix + "opaque")
 
     # what changed ----------------------------------------------------------------------------
     def readable_layer(self, name: str) -> Path:
@@ -283,14 +298,13 @@ class Store(ABC):
         self.check_disk_limit(limit)
         return None
 
-    @staticmethod
-    def _clear(directory: Path) -> None:
+    def _clear(self, directory: Path) -> None:
         for entry in directory.iterdir():
             if entry.is_dir() and not entry.is_symlink():
                 try:
                     entry.rmdir()  # the overlay's scratch directories are usually empty
                 except OSError:
-                    remove_tree(entry)
+                    self._remove_tree(entry)
             else:
                 entry.unlink()
 

@@ -60,10 +60,11 @@ def _entry(st: os.stat_result) -> _Entry:
 class _Side:
     """One layer's entries at the paths compared so far."""
 
-    def __init__(self, tree: Tree | None) -> None:
+    def __init__(self, tree: Tree | None, opaque_xattr: str = OPAQUE_XATTR) -> None:
         self.tree = tree
         self.entries: dict[str, _Entry] = {}
         self._opaque: dict[str, bool] = {}
+        self._opaque_xattr = opaque_xattr
 
     def names(self, rel: str) -> dict[str, int]:
         return (self.tree.names(rel) if self.tree else None) or {}
@@ -79,18 +80,19 @@ class _Side:
 
     def opaque(self, rel: str) -> bool:
         if rel not in self._opaque:
-            value = self.tree.dir_xattr(rel, OPAQUE_XATTR) if self.tree else None
+            value = self.tree.dir_xattr(rel, self._opaque_xattr) if self.tree else None
             self._opaque[rel] = value == b"y"
         return self._opaque[rel]
 
 
 def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
-                hint: Hint | None = None) -> list[FileChange]:
+                hint: Hint | None = None, opaque_xattr: str = OPAQUE_XATTR) -> list[FileChange]:
     """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``; a ``hint``
-    limits the comparison to where the layers may differ."""
+    limits the comparison to where the layers may differ; ``opaque_xattr``: the overlay's marker of
+    an opaque directory (``user.overlay.opaque`` in layers of a user-namespace overlay)."""
     old_tree, new_tree = _open(old_root), _open(new_root)
     try:
-        old, new = _Side(old_tree), _Side(new_tree)
+        old, new = _Side(old_tree, opaque_xattr), _Side(new_tree, opaque_xattr)
         if hint is None:
             old.add_subtree("")
             new.add_subtree("")

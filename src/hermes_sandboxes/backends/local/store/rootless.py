@@ -1,0 +1,290 @@
+"""Stores for rootless sandboxes: copy-on-write without a loop device, on whatever the user has.
+
+A user cannot mount a filesystem image, so the store uses the filesystem its directory is on, and
+picks the best that filesystem lets an ordinary user do (probed, never guessed from its name):
+
+``subvolume``  btrfs the user can create subvolumes on: a layer is a subvolume, a checkpoint a
+               read-only snapshot of it, a restore or fork a writable snapshot of that: constant
+               time, as the root-mode btrfs store. Deleting a subvolume as a user needs the
+               filesystem mounted with ``user_subvol_rm_allowed`` (then one ioctl, after clearing a
+               snapshot's read-only flag, which its owner may); without it the kernel refuses
+               (EPERM) and the store empties the subvolume and removes it with rmdir, which the
+               kernel allows its owner (cost follows the subvolume's files; only deletions pay it).
+``reflink``    a filesystem with reflinks (XFS made with reflink=1, btrfs without subvolume
+               rights): checkpoints and restores are ``cp --reflink=always`` of the layer, which
+               shares every data block: cost follows the layer's file count, not its bytes.
+``overlay``    anything else (ext4, the common default): the sandbox's root is an overlay of the
+               base and its writable layer, which holds copies of only the files the sandbox
+               changed; a checkpoint copies that layer, so it costs what the sandbox changed,
+               never the base.
+
+Copies and removals run as root of a user namespace mapped as the sandbox is (``mapped``): the
+layer holds files of inner users the host user cannot read. Overlay xattrs in these layers are the
+user-namespace ones (``user.overlay.*``, the ``userxattr`` mount option). Disk limits are refused:
+every quota these filesystems have (btrfs qgroups, XFS and ext4 project quotas) is root's to set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import struct
+from pathlib import Path
+
+from hermes_sandboxes.backends.local.store import baseimage, mapped, treediff
+from hermes_sandboxes.backends.local.store.base import Store, tree_bytes
+from hermes_sandboxes.errors import Unsupported
+from hermes_sandboxes.sandbox import FileChange
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_IOW_4096 = 0x50009400
+_SUBVOL_CREATE = _IOW_4096 | 14
+_SNAP_DESTROY = _IOW_4096 | 15
+_SNAP_CREATE_V2 = _IOW_4096 | 23
+_SUBVOL_GETFLAGS = 0x80089419  # _IOR(0x94, 25, __u64)
+_SUBVOL_SETFLAGS = 0x4008941A  # _IOW(0x94, 26, __u64)
+_FICLONE = 0x40049409  # _IOW(0x94, 9, int)
+_RDONLY = 1 << 1
+_SUBVOL_ROOT_INO = 256
+KINDS = ("subvolume", "reflink", "overlay")
+DISK_LIMIT_REFUSAL = ("disk limits need root mode: every quota this store's filesystem has (btrfs qgroups, "
+                      "XFS or ext4 project quotas) can only be set by root; create the sandbox without "
+                      "a disk limit")
+
+
+_MAGIC = {0x9123683E: "btrfs", 0x58465342: "xfs", 0xEF53: "ext4", 0x01021994: "tmpfs", 0x794C7630: "overlay"}
+
+
+def filesystem_of(path: Path) -> tuple[str, frozenset[str]]:
+    """The type (statfs) and super-block options (the mount point in mountinfo that holds
+    ``path``) of the filesystem ``path`` is on. btrfs gives each subvolume a device number of its
+    own, so mountinfo's device numbers cannot name it."""
+    buf = ctypes.create_string_buffer(256)  # struct statfs: f_type is its first word
+    if _libc.statfs(os.fsencode(path), buf) != 0:
+        return "unknown", frozenset()
+    magic = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+    fstype = _MAGIC.get(magic, f"0x{magic:x}")
+    real, best, options = os.path.realpath(path), "", frozenset[str]()
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = fields[4].replace("\\040", " ")
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best) and "-" in fields:
+                tail = fields[fields.index("-") + 1:]
+                best, options = point, frozenset(tail[2].split(",")) if len(tail) > 2 else frozenset()
+    return fstype, options
+
+
+def _ioctl(directory: Path, request: int, arg: bytearray) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(fd, request, arg)
+    finally:
+        os.close(fd)
+
+
+def _vol_args(name: str, fd: int = 0) -> bytearray:
+    return bytearray(struct.pack("=q4088s", fd, name.encode()))
+
+
+class RootlessStore(Store):
+    """What every rootless kind shares: a plain directory, content work in the user namespace."""
+
+    xattr_prefix = "user.overlay."
+    rootless = True
+    description = ""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home / "layers")
+        self.home = home
+
+    def ensure(self) -> None:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.stat(self.root).st_mode & 0o077:
+            os.chmod(self.root, 0o700)
+
+    def rootless_base(self) -> Path | None:
+        """The built Debian root this user's sandboxes share, or None until it is built."""
+        return baseimage.built()
+
+    def _remove_tree(self, path: Path) -> None:
+        if os.path.lexists(path):
+            mapped.run(["rm", "-rf", "--", str(path)], f"removing {path}")
+
+    def _copy(self, source: Path, target: Path, reflink: str) -> None:
+        # cp -a keeps owners (inner ids), modes, user.overlay.* xattrs, hardlinks and holes (a
+        # shared copy keeps them by itself: cp takes --sparse=always only without --reflink=always)
+        sparse = "auto" if reflink == "always" else "always"
+        mapped.run(["cp", "-a", f"--reflink={reflink}", f"--sparse={sparse}", str(source), str(target)],
+                   f"copying {source.name}")
+
+    def _remove_volume(self, path: Path) -> None:
+        self._remove_tree(path)
+
+    def tree_bytes(self, path: Path) -> int:
+        return mapped.call(tree_bytes, path)
+
+    def diff_layers(self, old: Path, new: Path, lower: Path | None,
+                    hint: treediff.Hint | None) -> list[FileChange]:
+        return mapped.call(treediff.diff_layers, old, new, lower, hint, self.xattr_prefix + "opaque")
+
+    def check_disk_limit(self, limit: int | None) -> None:
+        if limit is not None:
+            raise Unsupported(DISK_LIMIT_REFUSAL)
+
+
+class OverlayStore(RootlessStore):
+    kind = "overlay"
+    cheap = False
+    reflink = "auto"
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home)
+        self.fstype = "unknown"
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        return (f"overlay layers on {self.fstype}: a layer holds copies of the files the sandbox changed, "
+                "and a checkpoint or restore copies that layer (never the base)")
+
+    def ensure(self) -> None:
+        super().ensure()
+        self.fstype = filesystem_of(self.root)[0]
+
+    def _make_volume(self, path: Path) -> None:
+        path.mkdir()
+
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
+        if group is not None:
+            raise Unsupported(DISK_LIMIT_REFUSAL)
+        self._copy(source, target, self.reflink)
+
+
+class ReflinkStore(OverlayStore):
+    kind = "reflink"
+    reflink = "always"
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        return (f"reflink copies on {self.fstype}: checkpoints and restores share every data block "
+                "(their cost follows the layer's file count, not its bytes)")
+
+
+class SubvolumeStore(RootlessStore):
+    kind = "subvolume"
+    cheap = True
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home)
+        self.fast_delete: bool | None = None  # None: not known yet
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        delete = ("deletes in one step (user_subvol_rm_allowed)" if self.fast_delete
+                  else "deletes empty the subvolume first (mount with user_subvol_rm_allowed for one-step deletes)")
+        return f"btrfs subvolumes: constant-time checkpoints, restores and forks (snapshots); {delete}"
+
+    def ensure(self) -> None:
+        super().ensure()
+        if self.fast_delete is None:
+            self.fast_delete = "user_subvol_rm_allowed" in filesystem_of(self.root)[1]
+
+    def _make_volume(self, path: Path) -> None:
+        _ioctl(path.parent, _SUBVOL_CREATE, _vol_args(path.name))
+
+    def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
+        if group is not None:
+            raise Unsupported(DISK_LIMIT_REFUSAL)
+        src = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            flags = _RDONLY if readonly else 0
+            args = bytearray(struct.pack("=qQQ32x4040s", src, 0, flags, target.name.encode()))
+            _ioctl(target.parent, _SNAP_CREATE_V2, args)
+        finally:
+            os.close(src)
+
+    def _remove_volume(self, path: Path) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if st.st_ino != _SUBVOL_ROOT_INO or not os.path.isdir(path):
+            self._remove_tree(path)
+            return
+        _set_writable(path)  # the kernel deletes a read-only snapshot for root only
+        try:
+            _ioctl(path.parent, _SNAP_DESTROY, _vol_args(path.name))
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EACCES):
+                raise
+            self.fast_delete = False
+        # no user_subvol_rm_allowed: the kernel lets the owner rmdir a subvolume once it is empty
+        entries = [str(path / name) for name in os.listdir(path)]
+        if entries:
+            mapped.run(["rm", "-rf", "--", *entries], f"emptying {path}")
+        os.rmdir(path)
+
+
+def _set_writable(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        flags = bytearray(8)
+        fcntl.ioctl(fd, _SUBVOL_GETFLAGS, flags)
+        value = struct.unpack("=Q", flags)[0]
+        if value & _RDONLY:
+            fcntl.ioctl(fd, _SUBVOL_SETFLAGS, bytearray(struct.pack("=Q", value & ~_RDONLY)))
+    finally:
+        os.close(fd)
+
+
+def probe(directory: Path) -> str:
+    """The best kind the filesystem at ``directory`` gives this user: tried, not guessed."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    trial = directory / f".probe-{os.getpid()}"
+    if filesystem_of(directory)[0] == "btrfs":
+        try:
+            _ioctl(directory, _SUBVOL_CREATE, _vol_args(trial.name))
+        except OSError:
+            pass
+        else:
+            os.rmdir(trial)  # an empty subvolume: its owner may rmdir it
+            return "subvolume"
+    try:
+        with open(trial, "w+b") as a:  # FICLONE reads its source: open it readable
+            a.write(b"x")
+            a.flush()
+            with open(f"{trial}.clone", "wb") as b:
+                fcntl.ioctl(b.fileno(), _FICLONE, a.fileno())
+        return "reflink"
+    except OSError:
+        return "overlay"
+    finally:
+        for leftover in (trial, Path(f"{trial}.clone")):
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                leftover.unlink()
+
+
+def make(kind: str, home: Path) -> RootlessStore:
+    store: RootlessStore
+    if kind == "subvolume":
+        store = SubvolumeStore(home)
+    elif kind == "reflink":
+        store = ReflinkStore(home)
+    elif kind == "overlay":
+        store = OverlayStore(home)
+    else:
+        raise Unsupported(f"store kind {kind!r} is not a rootless one ({', '.join(KINDS)}); a store made by "
+                          "root is used by root")
+    store.ensure()
+    return store
+
+
+def choose(home: Path, recorded: str | None = None) -> RootlessStore:
+    """The store at ``home``: the kind it was made with, else the best its filesystem allows."""
+    return make(recorded or probe(home / "layers"), home)

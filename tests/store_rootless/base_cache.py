@@ -1,0 +1,29 @@
+"""The rootless base's tarball for the tests, built once per machine under build/rootless-base/.
+
+``scripts/setup.sh test`` builds it (``python -m tests.store_rootless.base_cache``); the tests' fixture
+builds it too when it is missing, so a run never skips for want of it. Unpacking it (what a user's
+first sandbox does after mmdebstrap) is each test's own, as the test user.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hermes_sandboxes.backends.local.store import baseimage
+
+CACHE = Path(__file__).resolve().parents[2] / "build" / "rootless-base"
+
+
+def cached_tarball() -> Path:
+    target = CACHE / f"{baseimage.name()}.tar"
+    if not target.exists():
+        print(f"building the rootless base's tarball for the tests: {target}", file=sys.stderr)
+        baseimage.build_tarball(target, lambda line: print(line, file=sys.stderr, flush=True))
+    os.chmod(target, 0o644)  # the test user unpacks it
+    return target
+
+
+if __name__ == "__main__":
+    print(cached_tarball())

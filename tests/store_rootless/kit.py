@@ -1,0 +1,215 @@
+"""What the rootless store tests run as the unprivileged test user (``python -m tests.store_rootless.kit``).
+
+Each scenario prints one JSON object on stdout: what it saw, for the test (run as root) to check.
+Sandbox-side changes are made the way a sandbox makes them: through an overlay (``userxattr``)
+mounted in a user namespace mapped as the sandbox's, over a small base owned by that namespace's
+ids, so whiteouts, opaque directories and files of inner users are the kernel's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hermes_sandboxes.backends.local.guest import syscalls as sc
+from hermes_sandboxes.backends.local.store import baseimage, mapped, rootless
+from hermes_sandboxes.errors import Unsupported
+
+BIG = 8 << 20  # a base file much larger than anything the scenarios change
+
+
+def _make_base(base: Path) -> None:
+    """A base as a built root would be: owned by inner root, one directory of inner uid 42 (0700)."""
+    (base / "etc").mkdir(parents=True)
+    (base / "etc" / "motd").write_text("base motd\n")
+    (base / "etc" / "gone").write_text("deleted later\n")
+    (base / "opt" / "tool").mkdir(parents=True)
+    (base / "opt" / "tool" / "old").write_text("old tool\n")
+    (base / "srv").mkdir()
+    with open(base / "srv" / "big", "wb") as f:
+        f.write(os.urandom(BIG))
+    private = base / "var" / "apt-private"
+    private.mkdir(parents=True)
+    (private / "cache").write_text("apt's\n")
+    os.chown(private / "cache", 42, 42)
+    os.chmod(private, 0o700)
+    os.chown(private, 42, 42)
+
+
+def _in_overlay(base: Path, layer: Path, script: list[tuple[str, str, str]]) -> None:
+    """Apply ``script`` (op, path, text) through an overlay of ``base`` under ``layer``: as a
+    rootless sandbox's root sees its files (run as the namespace's root, in a mount namespace)."""
+    sc.unshare(sc.CLONE_NEWNS)
+    sc.mount("none", "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    merged = tempfile.mkdtemp(prefix="merged-")
+    sc.mount("overlay", merged, "overlay", 0,
+             f"lowerdir={base},upperdir={layer / 'upper'},workdir={layer / 'work'},userxattr")
+    try:
+        for op, rel, text in script:
+            path = Path(merged) / rel
+            if op == "write":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            elif op == "append":
+                with open(path, "a") as f:
+                    f.write(text)
+            elif op == "rm":
+                path.unlink()
+            elif op == "rmdir-recreate":  # the kernel makes the new directory opaque
+                for child in path.iterdir():
+                    child.unlink()
+                path.rmdir()
+                path.mkdir()
+                (path / "new").write_text(text)
+            elif op == "chown42":
+                os.chown(path, 42, 42)
+    finally:
+        sc.umount(merged)
+        os.rmdir(merged)
+
+
+def _read_view(base: Path, layer: Path) -> dict[str, Any]:
+    """What the sandbox would see at the paths the scenarios touch (read through an overlay)."""
+    sc.unshare(sc.CLONE_NEWNS)
+    sc.mount("none", "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    merged = tempfile.mkdtemp(prefix="view-")
+    sc.mount("overlay", merged, "overlay", sc.MS_RDONLY,
+             f"lowerdir={layer / 'upper'}:{base},userxattr")
+    try:
+        view: dict[str, Any] = {}
+        for rel in ("etc/motd", "etc/gone", "etc/added", "opt/tool/old", "opt/tool/new",
+                    "var/apt-private/cache", "var/apt-private/mine"):
+            path = Path(merged) / rel
+            if path.exists():
+                st = path.stat()
+                view[rel] = [path.read_text(), st.st_uid]
+        return view
+    finally:
+        sc.umount(merged)
+        os.rmdir(merged)
+
+
+def _layer_owners(path: Path) -> list[int]:
+    return sorted({os.lstat(p).st_uid for p in path.rglob("*")} | {os.lstat(path).st_uid})
+
+
+def _changes(store: rootless.RootlessStore, old: Path, new: Path, base: Path) -> list[list[Any]]:
+    return [[c.path, c.kind.value] for c in store.diff_layers(old / "upper", new / "upper", base, None)]
+
+
+def scenario_store(home: Path) -> dict[str, Any]:
+    store = rootless.choose(home)
+    out: dict[str, Any] = {"kind": store.kind, "cheap": store.cheap, "description": store.description,
+                           "uid": os.getuid()}
+    base = home / "base"
+    base.mkdir()
+    mapped.call(_make_base, base)
+    store.create_layer("a")
+    layer = store.layer("a")
+    out["layer_owner"] = os.stat(layer / "upper").st_uid
+    mapped.call(_in_overlay, base, layer, [
+        ("write", "etc/motd", "changed motd\n"), ("rm", "etc/gone", ""), ("write", "etc/added", "added\n"),
+        ("rmdir-recreate", "opt/tool", "new tool\n"), ("write", "var/apt-private/mine", "mine\n"),
+        ("chown42", "var/apt-private/mine", "")])
+    free_before = os.statvfs(store.root).f_bfree
+    store.snapshot("a", "c1")
+    (store.checkpoints_dir("a") / "c1.json").write_text("{}")
+    free_after = os.statvfs(store.root).f_bfree
+    out["checkpoint_blocks"] = (free_before - free_after) * os.statvfs(store.root).f_frsize
+    out["checkpoint_bytes"] = store.tree_bytes(store.checkpoint_path("a", "c1") / "upper")
+    ck = store.checkpoint_path("a", "c1")
+    out["checkpoint_is_subvolume"] = os.stat(ck).st_ino == 256
+    out["checkpoint_owners"] = mapped.call(_layer_owners, ck / "upper")
+    out["diff_c1_vs_base"] = _changes(store, layer.parent / "nothing", ck, base)
+    mapped.call(_in_overlay, base, layer, [("append", "etc/added", "more\n"), ("rm", "etc/motd", ""),
+                                           ("write", "srv/new", "x")])
+    out["diff_c1_vs_live"] = _changes(store, ck, layer, base)
+    store.snapshot("a", "c2")
+    (store.checkpoints_dir("a") / "c2.json").write_text("{}")
+    out["checkpoint_ids"] = store.checkpoint_ids("a")
+    out["view_live"] = mapped.call(_read_view, base, layer)
+    store.restore("a", "c1", disk_limit=None)
+    out["view_restored_c1"] = mapped.call(_read_view, base, store.layer("a"))
+    out["diff_after_restore"] = _changes(store, ck, store.layer("a"), base)
+    store.fork("a", "c2", "b")
+    out["view_fork_c2"] = mapped.call(_read_view, base, store.layer("b"))
+    mapped.call(_in_overlay, base, store.layer("b"), [("write", "etc/added", "fork only\n")])
+    out["view_a_after_fork_write"] = mapped.call(_read_view, base, store.layer("a"))
+    store.fork("a", None, "c")  # from the live layer
+    out["view_fork_live"] = mapped.call(_read_view, base, store.layer("c"))
+    store.delete_checkpoint("a", "c1")
+    out["after_delete"] = store.checkpoint_ids("a")
+    try:
+        store.check_disk_limit(1 << 30)
+        out["disk_limit"] = "accepted"
+    except Unsupported as exc:
+        out["disk_limit"] = str(exc)
+    for name in ("a", "b", "c"):
+        store.remove_sandbox(name)
+    out["left_in_store"] = sorted(p.name for p in store.root.iterdir())
+    mapped.run(["rm", "-rf", "--", str(base)], "removing the base")
+    return out
+
+
+def scenario_base(cache: Path, tarball: str) -> dict[str, Any]:
+    """Unpack the rootless base from the cached tarball, then see it from a sandbox's namespace."""
+    lines: list[str] = []
+    root = baseimage.ensure(cache, lines.append, tarball=Path(tarball))
+    again: list[str] = []
+    baseimage.ensure(cache, again.append)  # cached: nothing rebuilt
+    out: dict[str, Any] = {"root": str(root), "progress": lines, "second_progress": again,
+                           "built": str(baseimage.built(cache))}
+    out.update(mapped.call(_inspect_base, root))
+    return out
+
+
+def _inspect_base(root: Path) -> dict[str, Any]:
+    """Owners as the sandbox sees them, and an agent's typical change to system files in an
+    overlay of the base (which fails with EACCES over the host's own tree)."""
+    seen: dict[str, Any] = {}
+    for rel in ("usr/bin/apt-get", "var/cache/apt/archives/partial", "etc/passwd", "usr/bin/git"):
+        path = root / rel
+        st = os.lstat(path)
+        seen[rel] = [st.st_uid, st.st_gid, stat.filemode(st.st_mode)]
+    layer = Path(tempfile.mkdtemp(prefix="layer-"))
+    (layer / "upper").mkdir()
+    (layer / "work").mkdir()
+    sc.unshare(sc.CLONE_NEWNS)
+    sc.mount("none", "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    merged = tempfile.mkdtemp(prefix="merged-")
+    sc.mount("overlay", merged, "overlay", 0, f"lowerdir={root},upperdir={layer / 'upper'},"
+             f"workdir={layer / 'work'},userxattr")
+    try:
+        os.unlink(f"{merged}/usr/bin/git")
+        with open(f"{merged}/usr/bin/zcat", "a") as f:
+            f.write("# changed\n")
+        os.chown(f"{merged}/etc/hostname", 42, 42)
+        seen["changed_system_files"] = True
+        seen["base_git_still_there"] = (root / "usr/bin/git").exists()
+    finally:
+        sc.umount(merged)
+        os.rmdir(merged)
+        import shutil
+
+        shutil.rmtree(layer)
+    return seen
+
+
+def main() -> None:
+    scenario = sys.argv[1]
+    if scenario == "store":
+        result = scenario_store(Path(sys.argv[2]))
+    elif scenario == "base":
+        result = scenario_base(Path(sys.argv[2]), sys.argv[3])
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Rootless stores, as an ordinary user, on each filesystem this machine can give one: btrfs the user
+owns (with and without user_subvol_rm_allowed), XFS with reflinks, ext4. Each test's scenario (kit.py)
+makes real sandbox-side changes through a user-namespace overlay, then checkpoints, diffs, restores,
+forks and deletes with the store, and removes everything; this side checks what it saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.store_rootless.conftest import TestUser, user_filesystem
+
+EXPECTED = {"btrfs": ("subvolume", True), "btrfs-rm": ("subvolume", True), "xfs": ("reflink", False),
+            "ext4": ("overlay", False)}
+C1 = {"etc/motd": ["changed motd\n", 0], "etc/added": ["added\n", 0], "opt/tool/new": ["new tool\n", 0],
+      "var/apt-private/cache": ["apt's\n", 42], "var/apt-private/mine": ["mine\n", 42]}
+C2 = {"etc/added": ["added\nmore\n", 0], "opt/tool/new": ["new tool\n", 0],
+      "var/apt-private/cache": ["apt's\n", 42], "var/apt-private/mine": ["mine\n", 42]}
+
+
+@pytest.fixture(scope="module", params=list(EXPECTED))
+def seen(request: pytest.FixtureRequest, test_user: TestUser) -> Any:
+    with user_filesystem(request.param, test_user) as mountpoint:
+        home = mountpoint / "home"
+        home.mkdir()
+        import os
+
+        os.chown(home, test_user.uid, test_user.gid)
+        yield request.param, test_user.run("store", str(home))
+
+
+def test_the_kind_is_the_best_the_filesystem_gives(seen: Any) -> None:
+    fs, result = seen
+    kind, cheap = EXPECTED[fs]
+    assert (result["kind"], result["cheap"]) == (kind, cheap)
+    assert result["description"]
+    if fs == "btrfs-rm":
+        assert "one step" in result["description"]
+
+
+def test_layers_belong_to_the_mapped_range(seen: Any, test_user: TestUser) -> None:
+    _, result = seen
+    assert result["layer_owner"] == test_user.uid  # inner root is the user
+    assert result["checkpoint_owners"] == [0, 42]  # as the namespace sees them: root and _apt's id
+
+
+def test_a_checkpoint_holds_only_what_changed(seen: Any) -> None:
+    fs, result = seen
+    assert result["checkpoint_bytes"] < 1 << 20  # the 8 MiB base file is never copied
+    assert result["checkpoint_blocks"] < 4 << 20
+    assert result["checkpoint_is_subvolume"] == fs.startswith("btrfs")
+
+
+def test_diffs_see_whiteouts_opaque_dirs_and_inner_owners(seen: Any) -> None:
+    _, result = seen
+    # /opt/tool/old, hidden by the opaque /opt/tool, is not listed: treediff walks the layers only,
+    # in root mode too (the opaque directory itself is read: its xattr is user.overlay.opaque here)
+    assert sorted(map(tuple, result["diff_c1_vs_base"])) == sorted([
+        ("/etc/added", "added"), ("/etc/gone", "deleted"), ("/etc/motd", "modified"),
+        ("/opt/tool/new", "added"), ("/var/apt-private/mine", "added")])
+    assert sorted(map(tuple, result["diff_c1_vs_live"])) == sorted([
+        ("/etc/added", "modified"), ("/etc/motd", "deleted"), ("/srv/new", "added")])
+    assert result["diff_after_restore"] == []
+
+
+def test_restore_and_fork_give_the_checkpoints_files(seen: Any) -> None:
+    _, result = seen
+    assert result["checkpoint_ids"] == ["c1", "c2"]
+    assert result["view_live"] == C2
+    assert result["view_restored_c1"] == C1
+    assert result["view_fork_c2"] == C2
+    assert result["view_a_after_fork_write"] == C1  # a fork's writes stay in the fork
+    assert result["view_fork_live"] == C1
+    assert result["after_delete"] == ["c2"]
+
+
+def test_removal_leaves_nothing_and_disk_limits_are_refused(seen: Any) -> None:
+    _, result = seen
+    assert result["left_in_store"] == []
+    assert result["disk_limit"].startswith("disk limits need root mode")
+
+
+def test_the_rootless_base_is_the_sandboxes_own(test_user: TestUser, base_tarball: Path) -> None:
+    """Unpacked from the tarball mmdebstrap made, as the user: owned by the mapped range, so a
+    sandbox can change its system files (which fail with EACCES over the host's own tree)."""
+    cache = test_user.home / ".cache" / "bases"
+    result = test_user.run("base", str(cache), str(base_tarball))
+    assert result["built"] == result["root"]
+    assert any("unpacking" in line for line in result["progress"])
+    assert result["second_progress"] == []  # cached: nothing done again
+    assert result["usr/bin/apt-get"][:2] == [0, 0]
+    assert result["var/cache/apt/archives/partial"][:2] == [42, 0]  # _apt's, as in Debian
+    assert result["changed_system_files"] is True
+    assert result["base_git_still_there"] is True
