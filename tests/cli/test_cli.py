@@ -398,6 +398,13 @@ def test_doctor_shows_a_table_of_checks_and_exits_0_here(home: Path) -> None:
     assert {c["backend"] for c in data["checks"]} >= {"local", "sprites", "e2b"}
 
 
+def test_store_info_and_doctor_name_the_store_kind_and_what_a_checkpoint_costs(home: Path) -> None:
+    info = ok(home, "store", "info").stdout
+    assert "btrfs" in info and "constant-time checkpoints" in info and "disk limits" in info
+    store = next(c for c in as_json(home, "doctor")["checks"] if c["label"] == "sandbox store")
+    assert "btrfs at " in store["detail"] and "subvolume snapshots" in store["detail"]
+
+
 def test_doctor_exits_1_where_sandboxes_cannot_run() -> None:
     never_created = f"/tmp/{unique_name('hs-doctor')}"  # a non-root doctor must not create it either
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI,

@@ -1,122 +1,24 @@
-"""Fixtures of the rootless store tests: an unprivileged user the session creates (with an
-/etc/subuid block) and, for each storage kind this machine can make, a filesystem handed to that
-user. The suite runs as root; the scenarios themselves run as the user (tests/store_rootless/kit.py).
-Users, mounts and loop devices are removed at the end, also when a test fails."""
+"""Fixtures of the rootless store tests (the suite runs as root; the scenarios run as an
+unprivileged user it creates: see harness.py and kit.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import pwd
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT_REASON
-
-REPO = Path(__file__).resolve().parents[2]
-# kind -> (mkfs argv, extra mount options); each made on a loop image the harness (root) mounts
-FILESYSTEMS: dict[str, tuple[list[str], str]] = {
-    "btrfs": (["mkfs.btrfs", "-q", "-f"], ""),
-    "btrfs-rm": (["mkfs.btrfs", "-q", "-f"], "user_subvol_rm_allowed"),
-    "xfs": (["mkfs.xfs", "-q", "-f", "-m", "reflink=1"], ""),
-    "ext4": (["mkfs.ext4", "-q", "-F"], ""),
-}
-
-
-@dataclass(frozen=True)
-class TestUser:
-    __test__ = False  # not a test class
-    name: str
-    uid: int
-    gid: int
-    home: Path
-
-    def run(self, *args: str, timeout: float = 240) -> dict[str, Any]:
-        """Run a kit scenario as this user; its JSON answer (the test fails with its stderr else)."""
-        # the system's python: the venv's interpreter may live where the user cannot go (/root/.pyenv);
-        # the store needs nothing but the standard library and this source tree
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
-               "PYTHONPATH": f"{REPO / 'src'}:{REPO}", "XDG_CACHE_HOME": str(self.home / ".cache")}
-        proc = subprocess.run(["runuser", "-u", self.name, "--", "/usr/bin/python3", "-m",
-                               "tests.store_rootless.kit", *args], cwd=str(self.home), env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        assert proc.returncode == 0, f"kit {args[0]} failed as {self.name}:\n{proc.stderr[-4000:]}"
-        answer: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-        return answer
-
-
-def _remove_user(name: str) -> None:
-    subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
-    for path in ("/etc/subuid", "/etc/subgid"):  # userdel removes them; make sure of it
-        with contextlib.suppress(OSError):
-            lines = Path(path).read_text().splitlines(keepends=True)
-            kept = [line for line in lines if not line.startswith(f"{name}:")]
-            if kept != lines:
-                Path(path).write_text("".join(kept))
+from tests.store_rootless.harness import TestUser, unprivileged_user
 
 
 @pytest.fixture(scope="session")
 def test_user() -> Iterator[TestUser]:
     if os.geteuid() != 0:
         pytest.fail(ROOT_REASON)
-    for tool in ("newuidmap", "mmdebstrap", "mkfs.xfs"):
-        assert shutil.which(tool), f"{tool} missing: scripts/setup.sh test installs uidmap, mmdebstrap, xfsprogs"
-    name = f"hs-rootstore-{os.getpid()}"
-    home = Path(tempfile.mkdtemp(prefix=f"{name}-home-", dir="/tmp"))
-    try:
-        subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/bash", name], check=True,
-                       capture_output=True)
-        entry = pwd.getpwnam(name)
-        os.chown(home, entry.pw_uid, entry.pw_gid)
-        assert any(line.startswith(f"{name}:") for line in Path("/etc/subuid").read_text().splitlines()), \
-            "useradd gave the test user no /etc/subuid block"
-        yield TestUser(name, entry.pw_uid, entry.pw_gid, home)
-    finally:
-        _remove_user(name)
-        _remove_as_root(home)
-
-
-def _remove_as_root(path: Path) -> None:
-    subprocess.run(["rm", "-rf", "--", str(path)], check=False)
-
-
-@contextlib.contextmanager
-def user_filesystem(kind: str, user: TestUser, size: str = "1G") -> Iterator[Path]:
-    """A fresh ``kind`` filesystem on a loop image, mounted and owned by ``user``."""
-    mkfs, options = FILESYSTEMS[kind]
-    scratch = Path(tempfile.mkdtemp(prefix=f"hs-rootstore-{kind}-", dir="/tmp"))
-    image, mountpoint = scratch / "fs.img", scratch / "mnt"
-    mountpoint.mkdir()
-    mounted = False
-    try:
-        subprocess.run(["truncate", "-s", size, str(image)], check=True)
-        subprocess.run([*mkfs, str(image)], check=True, capture_output=True)
-        opts = ",".join(o for o in ("loop", options) if o)
-        subprocess.run(["mount", "-o", opts, str(image), str(mountpoint)], check=True, capture_output=True)
-        mounted = True
-        os.chown(mountpoint, user.uid, user.gid)
-        os.chmod(scratch, 0o755)
-        yield mountpoint
-    finally:
-        # mount -o loop made an auto-clearing loop device: it goes with the unmount
-        if mounted and subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mountpoint)], check=False)
-        _detach_loops(image)
-        _remove_as_root(scratch)
-
-
-def _detach_loops(image: Path) -> None:
-    found = subprocess.run(["losetup", "-j", str(image), "-O", "NAME", "-n"], capture_output=True, text=True)
-    for device in found.stdout.split():
-        subprocess.run(["losetup", "-d", device], check=False)
+    with unprivileged_user() as user:
+        yield user
 
 
 @pytest.fixture(scope="session")

@@ -112,10 +112,10 @@ def scenario_store(home: Path) -> dict[str, Any]:
     store.create_layer("a")
     layer = store.layer("a")
     out["layer_owner"] = os.stat(layer / "upper").st_uid
-    mapped.call(_in_overlay, base, layer, [
-        ("write", "etc/motd", "changed motd\n"), ("rm", "etc/gone", ""), ("write", "etc/added", "added\n"),
-        ("rmdir-recreate", "opt/tool", "new tool\n"), ("write", "var/apt-private/mine", "mine\n"),
-        ("chown42", "var/apt-private/mine", "")])
+    first = [("write", "etc/motd", "changed motd\n"), ("rm", "etc/gone", ""), ("write", "etc/added", "added\n"),
+             ("rmdir-recreate", "opt/tool", "new tool\n"), ("write", "var/apt-private/mine", "mine\n"),
+             ("chown42", "var/apt-private/mine", "")]
+    mapped.call(_in_overlay, base, layer, first, fresh=True)
     free_before = os.statvfs(store.root).f_bfree
     store.snapshot("a", "c1")
     (store.checkpoints_dir("a") / "c1.json").write_text("{}")
@@ -126,22 +126,22 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["checkpoint_is_subvolume"] = os.stat(ck).st_ino == 256
     out["checkpoint_owners"] = mapped.call(_layer_owners, ck / "upper")
     out["diff_c1_vs_base"] = _changes(store, layer.parent / "nothing", ck, base)
-    mapped.call(_in_overlay, base, layer, [("append", "etc/added", "more\n"), ("rm", "etc/motd", ""),
-                                           ("write", "srv/new", "x")])
+    second = [("append", "etc/added", "more\n"), ("rm", "etc/motd", ""), ("write", "srv/new", "x")]
+    mapped.call(_in_overlay, base, layer, second, fresh=True)
     out["diff_c1_vs_live"] = _changes(store, ck, layer, base)
     store.snapshot("a", "c2")
     (store.checkpoints_dir("a") / "c2.json").write_text("{}")
     out["checkpoint_ids"] = store.checkpoint_ids("a")
-    out["view_live"] = mapped.call(_read_view, base, layer)
+    out["view_live"] = mapped.call(_read_view, base, layer, fresh=True)
     store.restore("a", "c1", disk_limit=None)
-    out["view_restored_c1"] = mapped.call(_read_view, base, store.layer("a"))
+    out["view_restored_c1"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)
     out["diff_after_restore"] = _changes(store, ck, store.layer("a"), base)
     store.fork("a", "c2", "b")
-    out["view_fork_c2"] = mapped.call(_read_view, base, store.layer("b"))
-    mapped.call(_in_overlay, base, store.layer("b"), [("write", "etc/added", "fork only\n")])
-    out["view_a_after_fork_write"] = mapped.call(_read_view, base, store.layer("a"))
+    out["view_fork_c2"] = mapped.call(_read_view, base, store.layer("b"), fresh=True)
+    mapped.call(_in_overlay, base, store.layer("b"), [("write", "etc/added", "fork only\n")], fresh=True)
+    out["view_a_after_fork_write"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)
     store.fork("a", None, "c")  # from the live layer
-    out["view_fork_live"] = mapped.call(_read_view, base, store.layer("c"))
+    out["view_fork_live"] = mapped.call(_read_view, base, store.layer("c"), fresh=True)
     store.delete_checkpoint("a", "c1")
     out["after_delete"] = store.checkpoint_ids("a")
     try:
@@ -164,7 +164,7 @@ def scenario_base(cache: Path, tarball: str) -> dict[str, Any]:
     baseimage.ensure(cache, again.append)  # cached: nothing rebuilt
     out: dict[str, Any] = {"root": str(root), "progress": lines, "second_progress": again,
                            "built": str(baseimage.built(cache))}
-    out.update(mapped.call(_inspect_base, root))
+    out.update(mapped.call(_inspect_base, root, fresh=True))
     return out
 
 

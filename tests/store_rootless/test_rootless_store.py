@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.store_rootless.conftest import TestUser, user_filesystem
+from tests.store_rootless.harness import TestUser, user_filesystem
 
 EXPECTED = {"btrfs": ("subvolume", True), "btrfs-rm": ("subvolume", True), "xfs": ("reflink", False),
             "ext4": ("overlay", False)}

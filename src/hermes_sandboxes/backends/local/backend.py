@@ -132,6 +132,8 @@ class LocalBackend(Backend):
         if isinstance(recorded, dict) and recorded.get("migrating"):
             raise SandboxBusy(f"the store at {self.home} is being migrated to {recorded['migrating']}; wait for "
                               "`hermes-sandboxes store migrate` to finish, or run it again if it was interrupted")
+        if os.geteuid() != 0:  # rootless: the best kind the home's filesystem gives this user
+            return self._choose_rootless_store(kind)
         if kind is None:
             kind = self._store_kind
         if kind == "auto":
@@ -155,12 +157,24 @@ class LocalBackend(Backend):
             paths.write_json(self.home / "store.json", {"kind": store.kind})
         return store
 
+    def _choose_rootless_store(self, recorded: str | None) -> Store:
+        from hermes_sandboxes.backends.local.store import rootless
+
+        store = rootless.choose(self.home, recorded)  # Unsupported for a store that root made
+        if recorded is None:
+            paths.write_json(self.home / "store.json", {"kind": store.kind})
+        return store
+
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
         caps = {Capability.CHECKPOINTS, Capability.DIFF, Capability.LIMITS, Capability.TREE_KILL,
                 Capability.DELETE_CHECKPOINTS, Capability.FORK, Capability.TERMINAL, Capability.EGRESS_ALLOWLIST,
                 Capability.KILL_TAGGED}
-        if self._store is None or self._store.cheap:
+        store = self._store
+        if store is None and os.geteuid() != 0:  # rootless kinds differ: only the store itself can say
+            with contextlib.suppress(Exception):
+                store = self.store
+        if store is None or store.cheap:
             caps.add(Capability.CHEAP_CHECKPOINTS)
         return frozenset(caps)
 
@@ -295,6 +309,9 @@ class LocalBackend(Backend):
         from hermes_sandboxes.backends.local.store import maintenance
 
         self._require_usable()
+        if os.geteuid() != 0:
+            raise Unsupported("store migrate moves a root-mode copy store to btrfs; a rootless store's kind "
+                              "follows the filesystem of its home (put the home on btrfs for snapshots)")
         moved = maintenance.migrate(self, self._image_size, stop_running=stop_running,
                                     progress=progress or (lambda _: None))
         self._store = None  # chosen again from store.json on next use
@@ -315,6 +332,30 @@ class LocalBackend(Backend):
         unmounted = maintenance.unmount(self, storage.BtrfsStore(self.home, self._image_size))
         self._store = None
         return unmounted
+
+    def store_info(self) -> builtins.list[tuple[str, str]]:
+        """What the store is, as (label, value) lines: kind, where, what it does, what it enforces."""
+        store = self.store
+        lines = [("kind", store.kind), ("root", str(store.root)), ("how", store.description),
+                 ("cheap checkpoints", "yes" if store.cheap else "no (cost follows the layer)")]
+        try:
+            store.check_disk_limit(1 << 30)
+            lines.append(("disk limits", "available"))
+        except Unsupported as exc:
+            lines.append(("disk limits", f"refused: {exc}"))
+        if store.rootless:
+            from hermes_sandboxes.backends.local.store import baseimage
+
+            built = baseimage.built()
+            lines.append(("rootless base", str(built) if built else
+                          f"not built yet ({baseimage.root_of()}): run `hermes-sandboxes store base`"))
+        return lines
+
+    def build_base(self, progress: Callable[[str], None]) -> Path:
+        """The rootless Debian base this user's sandboxes share, built first if it is not."""
+        from hermes_sandboxes.backends.local.store import baseimage
+
+        return baseimage.ensure(progress=progress)
 
     def store_leftovers(self, name: str) -> bool:
         """Whether anything of a (possibly half-destroyed) sandbox remains."""

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hermes_sandboxes.backends.local import cgroups, syscall_filter
+from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import DoctorCheck
 
 if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend
+    from hermes_sandboxes.backends.local.store.base import Store
 
 
 def _filesystems() -> str:
@@ -58,6 +60,28 @@ def _disk_limit_check(kind: str) -> DoctorCheck:
     return DoctorCheck(True, label, "available (btrfs simple quotas; data kept by checkpoints counts)")
 
 
+def _rootless_disk_check(store: Store) -> DoctorCheck:
+    try:
+        store.check_disk_limit(1 << 30)
+    except Unsupported as exc:
+        return DoctorCheck(True, "disk limits (setting disk, --disk)", f"not available: {exc} (refused)")
+    return DoctorCheck(True, "disk limits (setting disk, --disk)", "available")
+
+
+def _rootless_base_check() -> DoctorCheck:
+    """The Debian root rootless sandboxes are built on: a failure only in that nothing can start yet."""
+    from hermes_sandboxes.backends.local.store import baseimage
+
+    built = baseimage.built()
+    if built is not None:
+        return DoctorCheck(True, "rootless base (Debian root owned by your id range)", str(built))
+    tool = shutil.which("mmdebstrap")
+    fix = ("run `hermes-sandboxes store base` once (about a minute)" if tool
+           else "install mmdebstrap and uidmap (sudo apt-get install mmdebstrap uidmap), then run "
+                "`hermes-sandboxes store base` once")
+    return DoctorCheck(False, "rootless base (Debian root owned by your id range)", f"not built yet: {fix}")
+
+
 def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
     checks = [DoctorCheck(os.geteuid() == 0, "running as root",
                           "yes" if os.geteuid() == 0 else "no: namespaces, mounts and cgroups need root")]
@@ -78,11 +102,10 @@ def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
     if reason is None:
         try:
             store = backend.store
-            detail = f"{store.kind} at {store.root}"
-            if not store.cheap:
-                detail += " (full copies: checkpoint time grows with the layer)"
-            checks.append(DoctorCheck(True, "sandbox store", detail))
-            checks.append(_disk_limit_check(store.kind))
+            checks.append(DoctorCheck(True, "sandbox store", f"{store.kind} at {store.root}: {store.description}"))
+            checks.append(_disk_limit_check(store.kind) if not store.rootless else _rootless_disk_check(store))
+            if store.rootless:
+                checks.append(_rootless_base_check())
         except Exception as exc:  # doctor reports, it never raises
             checks.append(DoctorCheck(False, "sandbox store", str(exc)))
     else:

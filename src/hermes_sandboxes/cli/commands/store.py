@@ -1,4 +1,4 @@
-"""``store migrate|reclaim|unmount``: looking after the backend's store on this machine.
+"""``store info|base|migrate|reclaim|unmount``: looking after the backend's store on this machine.
 
 Only backends that keep one (the local backend) support these; the others say so in one line.
 The chosen backend's orphan collection is skipped here: a migration refuses every other use of
@@ -11,12 +11,50 @@ import click
 
 from hermes_sandboxes.cli.output import Ui, human_size
 from hermes_sandboxes.cli.session import Workspace
+from hermes_sandboxes.errors import Unsupported
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends.local.backend import LocalBackend
 
 
-@click.group(short_help="Migrate, reclaim or unmount the sandbox store.")
+@click.group(short_help="Show, migrate, reclaim or unmount the sandbox store; build the rootless base.")
 def store() -> None:
-    """The store where the local backend keeps sandboxes: migrate a full-copy store to btrfs, give
-    deleted sandboxes' space back to the host disk, unmount it."""
+    """The store where the local backend keeps sandboxes: say which kind it is, build the rootless
+    base, migrate a full-copy store to btrfs, give deleted sandboxes' space back to the host disk,
+    unmount it."""
+
+
+def _local(workspace: Workspace) -> LocalBackend:
+    from hermes_sandboxes.backends.local.backend import LocalBackend  # not at start-up: every command pays for it
+
+    backend = workspace.backend
+    if not isinstance(backend, LocalBackend):
+        raise Unsupported(f"the {backend.name} backend keeps no store on this machine")
+    return backend
+
+
+@store.command(short_help="Which store this is and what it can do.")
+@click.pass_obj
+def info(workspace: Workspace) -> None:
+    """The store's kind (btrfs image or full copies as root; subvolume, reflink or overlay rootless,
+    after the filesystem of its home), where it is, what a checkpoint costs there, whether disk
+    limits are enforced, and (rootless) the base sandboxes are built on."""
+    workspace.collect_orphans = False
+    ui = Ui()
+    lines = _local(workspace).store_info()
+    ui.table(["", ""], [[label, value] for label, value in lines], title="store")
+
+
+@store.command(short_help="Build the rootless base (once; cached).")
+@click.pass_obj
+def base(workspace: Workspace) -> None:
+    """Build the Debian root rootless sandboxes share (mmdebstrap --mode=unshare, about a minute,
+    with its progress), or say where the cached one is. Needs mmdebstrap and uidmap."""
+    workspace.collect_orphans = False
+    ui = Ui()
+    root = _local(workspace).build_base(ui.note)
+    ui.result(str(root))
 
 
 @store.command(short_help="Move a full-copy store's sandboxes to btrfs.")

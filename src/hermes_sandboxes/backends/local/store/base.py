@@ -121,6 +121,11 @@ class Store(ABC):
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @property
+    def description(self) -> str:
+        """What this store does, in a line (doctor and ``store info`` show it)."""
+        return self.kind
+
     @abstractmethod
     def ensure(self) -> None:
         """Make the store usable (create, mount) if it is not; idempotent and cheap when ready."""
@@ -328,6 +333,11 @@ class BtrfsStore(Store):
         self.image = home / "store.img"
         self.mountpoint = home / "mnt"
         self.image_size = image_size
+
+    @property
+    def description(self) -> str:
+        return (f"btrfs image {self.image} mounted at {self.mountpoint}: subvolume snapshots "
+                "(constant-time checkpoints, restores and forks)")
 
     def is_mounted(self) -> bool:
         with open("/proc/self/mountinfo") as f:
@@ -559,6 +569,10 @@ class CopyStore(Store):
 
     def __init__(self, home: Path) -> None:
         super().__init__(home / "copy-store")
+
+    @property
+    def description(self) -> str:
+        return ("full copies (" + self.warning.removeprefix("using the full-copy store: ") + ")")
 
     def ensure(self) -> None:
         # only root may enter: the layers hold whatever root inside made, setuid-root files too

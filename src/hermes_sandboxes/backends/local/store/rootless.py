@@ -97,7 +97,6 @@ class RootlessStore(Store):
 
     xattr_prefix = "user.overlay."
     rootless = True
-    description = ""
 
     def __init__(self, home: Path) -> None:
         super().__init__(home / "layers")
@@ -148,7 +147,7 @@ class OverlayStore(RootlessStore):
         self.fstype = "unknown"
 
     @property
-    def description(self) -> str:  # type: ignore[override]
+    def description(self) -> str:
         return (f"overlay layers on {self.fstype}: a layer holds copies of the files the sandbox changed, "
                 "and a checkpoint or restore copies that layer (never the base)")
 
@@ -170,7 +169,7 @@ class ReflinkStore(OverlayStore):
     reflink = "always"
 
     @property
-    def description(self) -> str:  # type: ignore[override]
+    def description(self) -> str:
         return (f"reflink copies on {self.fstype}: checkpoints and restores share every data block "
                 "(their cost follows the layer's file count, not its bytes)")
 
@@ -184,7 +183,7 @@ class SubvolumeStore(RootlessStore):
         self.fast_delete: bool | None = None  # None: not known yet
 
     @property
-    def description(self) -> str:  # type: ignore[override]
+    def description(self) -> str:
         delete = ("deletes in one step (user_subvol_rm_allowed)" if self.fast_delete
                   else "deletes empty the subvolume first (mount with user_subvol_rm_allowed for one-step deletes)")
         return f"btrfs subvolumes: constant-time checkpoints, restores and forks (snapshots); {delete}"
