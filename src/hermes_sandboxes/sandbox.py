@@ -194,6 +194,37 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class SandboxUsage:
+    """One sandbox's disk use on this machine (``Backend.disk_usage``): its writable layer, its
+    checkpoints counted each on its own, and what removing it would give back."""
+
+    name: str
+    layer_bytes: int
+    checkpoint_bytes: int
+    exclusive_bytes: int
+    checkpoint_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "layer_bytes": self.layer_bytes, "checkpoint_bytes": self.checkpoint_bytes,
+                "exclusive_bytes": self.exclusive_bytes, "checkpoint_count": self.checkpoint_count}
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    """The store's disk use: ``used_bytes`` in its filesystem, ``host_bytes`` its image's allocation
+    on the host disk (None where the store is a plain directory), and each sandbox's."""
+
+    path: str
+    used_bytes: int
+    host_bytes: int | None
+    sandboxes: tuple[SandboxUsage, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "used_bytes": self.used_bytes, "host_bytes": self.host_bytes,
+                "sandboxes": [s.to_dict() for s in self.sandboxes]}
+
+
+@dataclass(frozen=True)
 class IdleStop:
     """The sandbox stopped itself at ``at`` (epoch seconds) after ``idle_timeout`` seconds idle."""
 
@@ -540,6 +571,10 @@ class Backend(ABC):
                       progress: Callable[[str], None] | None = None) -> builtins.list[str]:
         """Move every sandbox to the better store this machine can have now (the local backend: a
         copy store to btrfs); returns the names moved, empty when there is nothing to do."""
+        raise Unsupported(f"the {self.name} backend keeps no store on this machine")
+
+    def disk_usage(self) -> StoreUsage:
+        """What the store on this machine and each sandbox in it take on disk (``df``)."""
         raise Unsupported(f"the {self.name} backend keeps no store on this machine")
 
     def reclaim_store(self) -> int:

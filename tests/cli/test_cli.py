@@ -71,14 +71,15 @@ def test_create_prints_the_name_and_ls_lists_it_with_its_spec(home: Path) -> Non
         assert result.stdout == f"{name}\n"
         listed = {s["name"]: s for s in as_json(home, "ls")}[name]
         assert set(listed) == {"name", "backend", "ephemeral", "state", "created_at", "spec", "layer_bytes",
-                               "checkpoint_count"}
+                               "checkpoint_count", "last_used"}
         assert listed["backend"] == "local" and listed["ephemeral"] is False
         assert listed["spec"] == {"network": "loopback", "allow": [], "image": None, "labels": {},
                                   "idle_timeout": None,
                                   "limits": {"memory_bytes": 512 << 20, "pids": 200, "cpus": 1.5, "disk_bytes": None}}
         assert listed["checkpoint_count"] == 0
         plain = ok(home, "ls").stdout.splitlines()
-        assert plain[0].split() == ["NAME", "STATE", "KIND", "AGE", "NETWORK", "CHANGED", "CHECKPOINTS"]
+        assert plain[0].split() == ["NAME", "STATE", "KIND", "AGE", "LAST", "USED", "NETWORK", "CHANGED",
+                                    "CHECKPOINTS"]
         assert any(line.split()[:3] == [name, "stopped", "persistent"] for line in plain[1:])
     finally:
         hs(home, "rm", name, "--yes")

@@ -28,6 +28,8 @@ from hermes_sandboxes.sandbox import (
     Limits,
     SandboxInfo,
     SandboxSpec,
+    SandboxUsage,
+    StoreUsage,
 )
 from hermes_sandboxes.util.lazy import lazy_module
 
@@ -316,6 +318,20 @@ class LocalBackend(Backend):
                                     progress=progress or (lambda _: None))
         self._store = None  # chosen again from store.json on next use
         return moved
+
+    def disk_usage(self) -> StoreUsage:
+        from hermes_sandboxes.backends.local.store import usage
+
+        store = self.store
+        store.ensure()
+        used, host = usage.store_bytes(store)
+        sandboxes = []
+        for name in self.names():
+            if not store.layer(name).is_dir():
+                continue  # broken, or destroyed meanwhile
+            layer, checkpoints, exclusive = usage.sandbox_bytes(store, name)
+            sandboxes.append(SandboxUsage(name, layer, checkpoints, exclusive, len(store.checkpoint_ids(name))))
+        return StoreUsage(str(store.root), used, host, tuple(sandboxes))
 
     def reclaim_store(self) -> int:
         from hermes_sandboxes.backends.local.store import maintenance

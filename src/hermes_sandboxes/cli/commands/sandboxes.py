@@ -12,6 +12,7 @@ import click
 
 from hermes_sandboxes import backends
 from hermes_sandboxes.cli import signals
+from hermes_sandboxes.cli.commands import disk
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, Workspace
@@ -264,14 +265,15 @@ def ls(workspace: Workspace, as_json: bool) -> None:
     ui = Ui()
     infos = workspace.backend.list()
     if as_json:
-        ui.json([info.to_dict() for info in infos])
+        ui.json([{**info.to_dict(), "last_used": disk.last_used(workspace, info)} for info in infos])
         return
     if not infos:
         ui.note("no sandboxes; create one with: hermes-sandboxes create NAME")
         return
     rows = [[i.name, str(i.state), "ephemeral" if i.ephemeral else "persistent", age(i.created_at),
-             i.spec.network, human_size(i.layer_bytes), str(i.checkpoint_count)] for i in infos]
-    ui.table(["NAME", "STATE", "KIND", "AGE", "NETWORK", "CHANGED", "CHECKPOINTS"], rows)
+             age(disk.last_used(workspace, i)), i.spec.network, human_size(i.layer_bytes), str(i.checkpoint_count)]
+            for i in infos]
+    ui.table(["NAME", "STATE", "KIND", "AGE", "LAST USED", "NETWORK", "CHANGED", "CHECKPOINTS"], rows)
 
 
 @click.command(short_help="Destroy a sandbox.")
@@ -333,13 +335,18 @@ def fork(workspace: Workspace, source: str, rest: tuple[str, ...]) -> None:
     ui.result(new)
 
 
-@click.command(short_help="Remove what killed runs left behind.")
+@click.command(short_help="Remove what killed runs left behind (and, asked, unused sandboxes).")
+@click.option("--unused-for", metavar="DURATION",
+              help="Also list the persistent sandboxes not used for this long (e.g. 14d) and destroy them: "
+                   "after a yes at the terminal, or with --yes.")
+@click.option("--yes", "-y", is_flag=True, help="With --unused-for: destroy without asking.")
 @click.pass_obj
-def gc(workspace: Workspace) -> None:
+def gc(workspace: Workspace, unused_for: str | None, yes: bool) -> int:
     """Destroy the sandboxes of `run`s whose process died without cleaning up (kill -9, a crash),
     and stop and record as lost the commands whose CLI died before they ended. Any command that uses
     the backend collects such sandboxes too, and any that uses a sandbox settles its lost commands;
-    gc does this for all of them."""
+    gc does this for all of them. With --unused-for, persistent sandboxes last used longer ago than
+    that (see LAST USED in ls) are listed and, once confirmed, destroyed with their checkpoints."""
     workspace.collect_orphans = False
     collected = workspace.collect()
     ui = Ui()
@@ -349,6 +356,7 @@ def gc(workspace: Workspace) -> None:
     if settled:
         ui.note(f"recorded lost commands (their CLI died before they ended; those still running were "
                 f"stopped) in: {', '.join(settled)}")
+    return 0 if unused_for is None else disk.collect_unused(workspace, unused_for, yes)
 
 
 @click.command(short_help="What works here, per backend, and why not.")
@@ -398,4 +406,4 @@ def _chosen_checks(workspace: Workspace, missing: str | None) -> list[dict[str, 
     return checks
 
 
-COMMANDS = (create, exec_, run, shell, fork, ls, rm, stop, gc, doctor)
+COMMANDS = (create, exec_, run, shell, fork, ls, rm, stop, gc, disk.df, doctor)
