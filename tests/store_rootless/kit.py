@@ -94,6 +94,12 @@ def _read_view(base: Path, layer: Path) -> dict[str, Any]:
         os.rmdir(merged)
 
 
+def _inode(path: Path) -> tuple[int, int]:
+    """The file's identity (btrfs snapshots reuse inode numbers, each subvolume on a device of its own)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def _layer_owners(path: Path) -> list[int]:
     return sorted({os.lstat(p).st_uid for p in path.rglob("*")} | {os.lstat(path).st_uid})
 
@@ -132,6 +138,10 @@ def scenario_store(home: Path) -> dict[str, Any]:
     store.snapshot("a", "c2")
     (store.checkpoints_dir("a") / "c2.json").write_text("{}")
     out["checkpoint_ids"] = store.checkpoint_ids("a")
+    c2 = store.checkpoint_path("a", "c2")
+    out["c2_shares_unchanged"] = _inode(c2 / "upper/opt/tool/new") == _inode(ck / "upper/opt/tool/new")
+    out["c2_shares_changed"] = _inode(c2 / "upper/etc/added") == _inode(ck / "upper/etc/added")
+    out["diff_c1_c2"] = _changes(store, ck, c2, base)
     out["view_live"] = mapped.call(_read_view, base, layer, fresh=True)
     store.restore("a", "c1", disk_limit=None)
     out["view_restored_c1"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)
@@ -144,6 +154,12 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["view_fork_live"] = mapped.call(_read_view, base, store.layer("c"), fresh=True)
     store.delete_checkpoint("a", "c1")
     out["after_delete"] = store.checkpoint_ids("a")
+    store.restore("a", "c2", disk_limit=None)  # c2 may share files with the deleted c1
+    out["view_restored_c2"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)
+    store.snapshot("a", "c3")  # of a restored layer: a full copy again (a new layer)
+    (store.checkpoints_dir("a") / "c3.json").write_text("{}")
+    out["c3_shares_with_c2"] = _inode(store.checkpoint_path("a", "c3") / "upper/opt/tool/new") == _inode(
+        c2 / "upper/opt/tool/new")
     try:
         store.check_disk_limit(1 << 30)
         out["disk_limit"] = "accepted"

@@ -74,6 +74,18 @@ def test_restore_and_fork_give_the_checkpoints_files(seen: Any) -> None:
     assert result["view_a_after_fork_write"] == C1  # a fork's writes stay in the fork
     assert result["view_fork_live"] == C1
     assert result["after_delete"] == ["c2"]
+    assert result["view_restored_c2"] == C2
+
+
+def test_overlay_checkpoints_copy_only_what_changed_since_the_previous_one(seen: Any) -> None:
+    """On ext4, the second checkpoint links the files the first has unchanged and copies the rest;
+    after a restore the layer is new and the next checkpoint a full copy. Never an inode shared
+    with a live layer: every other kind copies (or snapshots) whole."""
+    fs, result = seen
+    assert result["diff_c1_c2"] == result["diff_c1_vs_live"]
+    assert result["c2_shares_changed"] is False
+    assert result["c2_shares_unchanged"] is (fs == "ext4")
+    assert result["c3_shares_with_c2"] is False
 
 
 def test_removal_leaves_nothing_and_disk_limits_are_refused(seen: Any) -> None:

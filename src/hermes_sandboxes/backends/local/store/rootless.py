@@ -35,8 +35,8 @@ import os
 import struct
 from pathlib import Path
 
-from hermes_sandboxes.backends.local.store import baseimage, mapped, treediff
-from hermes_sandboxes.backends.local.store.base import Store, tree_bytes
+from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, treediff
+from hermes_sandboxes.backends.local.store.base import Store, _test_pause, tree_bytes
 from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import FileChange
 
@@ -51,6 +51,7 @@ _FICLONE = 0x40049409  # _IOW(0x94, 9, int)
 _RDONLY = 1 << 1
 _SUBVOL_ROOT_INO = 256
 KINDS = ("subvolume", "reflink", "overlay")
+_MANIFEST = ".manifest"  # beside an overlay store's checkpoint: what its layer held (increment.py)
 DISK_LIMIT_REFUSAL = ("disk limits need root mode: every quota this store's filesystem has (btrfs qgroups, "
                       "XFS or ext4 project quotas) can only be set by root; create the sandbox without "
                       "a disk limit")
@@ -141,6 +142,7 @@ class OverlayStore(RootlessStore):
     kind = "overlay"
     cheap = False
     reflink = "auto"
+    incremental = True  # checkpoints link what the previous one has unchanged (increment.py)
 
     def __init__(self, home: Path) -> None:
         super().__init__(home)
@@ -163,11 +165,38 @@ class OverlayStore(RootlessStore):
             raise Unsupported(DISK_LIMIT_REFUSAL)
         self._copy(source, target, self.reflink)
 
+    def snapshot(self, name: str, checkpoint_id: str) -> None:
+        if not self.incremental:
+            super().snapshot(name, checkpoint_id)
+            return
+        directory = self.checkpoints_dir(name)
+        candidates = [(directory / p.name.removesuffix(_MANIFEST), p) for p in directory.glob(f"*{_MANIFEST}")
+                      if not p.name.startswith(".")]
+        staged = directory / f".tmp-{checkpoint_id}"
+        mapped.call(increment.checkpoint, self.layer(name), staged, candidates,
+                    directory / f".tmp-{checkpoint_id}{_MANIFEST}")
+        _test_pause("checkpoint-staged")
+        # the checkpoint first, then its manifest: a manifest never names a missing checkpoint for long
+        staged.rename(self.checkpoint_path(name, checkpoint_id))
+        (directory / f".tmp-{checkpoint_id}{_MANIFEST}").rename(directory / f"{checkpoint_id}{_MANIFEST}")
+
+    def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
+        (self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}").unlink(missing_ok=True)
+        super().delete_checkpoint(name, checkpoint_id)
+
+    def gc(self, name: str) -> None:
+        super().gc(name)
+        directory = self.checkpoints_dir(name)
+        if directory.is_dir():  # manifests of checkpoints that are gone (or were never finished)
+            for manifest in directory.glob(f"*{_MANIFEST}"):
+                if not (directory / manifest.name.removesuffix(_MANIFEST)).is_dir():
+                    manifest.unlink(missing_ok=True)
+
 
 class ReflinkStore(OverlayStore):
     kind = "reflink"
     reflink = "always"
-
+    incremental = False  # a reflink copy shares every block already
     @property
     def description(self) -> str:
         return (f"reflink copies on {self.fstype}: checkpoints and restores share every data block "
