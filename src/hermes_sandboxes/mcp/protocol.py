@@ -232,6 +232,11 @@ class Session:
             traceback.print_exc(file=sys.stderr)
             return ToolResult.failure(f"internal error in tool {name}: {type(exc).__name__}: {exc}")
 
+    def in_flight(self, request_id: Any) -> bool:
+        """Whether a tool call with this id still runs (its response not sent yet)."""
+        with self._calls_lock:
+            return request_id in self._calls
+
     # -- the end -------------------------------------------------------------------------------
 
     def close(self, wait: float = 10.0) -> None:

@@ -33,13 +33,18 @@ def _once(make: Callable[[], T]) -> Callable[[], T]:
 
 
 @click.command(name="mcp", short_help="Serve the sandboxes to any agent over MCP.")
+@click.option("--http", "use_http", is_flag=True,
+              help="Serve streamable HTTP on 127.0.0.1 instead of stdio (bearer token from the token file).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="With --http: the port on 127.0.0.1 (0: any free one, said on stderr).")
 @click.option("--sandbox", "pinned", metavar="NAME", help="Serve only this sandbox (created on first use).")
 @click.option("--prefix", default="mcp", show_default=True, metavar="PREFIX",
               help="The server's sandboxes are PREFIX-*; it refuses to touch any other.")
 @click.option("--allow-network-changes", is_flag=True,
               help="Let the model choose a new sandbox's network and change allow-lists (off by default).")
 @click.pass_obj
-def mcp(workspace: Workspace, pinned: str | None, prefix: str, allow_network_changes: bool) -> int:
+def mcp(workspace: Workspace, use_http: bool, port: int, pinned: str | None, prefix: str,
+        allow_network_changes: bool) -> int:
     """Serve the sandboxes over the Model Context Protocol: exec, files, checkpoints and restore as
     tools for Claude Code, Codex CLI, Gemini CLI, opencode, Cursor or VS Code.
 
@@ -58,6 +63,10 @@ def mcp(workspace: Workspace, pinned: str | None, prefix: str, allow_network_cha
     host = Host(backend=_once(lambda: workspace.backend), state=lambda: workspace.state,
                 settings=_once(lambda: workspace.effective.settings), owners=_once(lambda: workspace.owners))
     running = build(host, Rules(prefix=prefix, pinned=pinned, allow_network_changes=allow_network_changes))
+    if use_http:
+        from hermes_sandboxes.mcp.http import serve_http
+
+        return serve_http(running, port=port, state_dir=workspace.state.root)
     from hermes_sandboxes.mcp.stdio import serve_stdio
 
     return serve_stdio(running)
