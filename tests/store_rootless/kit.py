@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
-from hermes_sandboxes.backends.local.store import baseimage, mapped, rootless
+from hermes_sandboxes.backends.local.store import baseimage, mapped, rootless, usage
 from hermes_sandboxes.errors import Unsupported
 
 BIG = 8 << 20  # a base file much larger than anything the scenarios change
@@ -68,6 +68,18 @@ def _in_overlay(base: Path, layer: Path, script: list[tuple[str, str, str]]) -> 
                 (path / "new").write_text(text)
             elif op == "chown42":
                 os.chown(path, 42, 42)
+            elif op == "specials":  # what cp -a keeps and a hand-made copy could lose
+                path.mkdir(parents=True)
+                (path / "a").write_text(text)
+                os.link(path / "a", path / "b")
+                os.symlink("../motd", path / "link")
+                with open(path / "sparse", "wb") as f:
+                    f.truncate(64 << 20)
+                    f.write(b"x")
+                os.mkfifo(path / "fifo")
+                (path / "suid").write_text("#!/bin/sh\n")
+                os.chmod(path / "suid", 0o4755)
+                os.setxattr(path / "a", "user.note", b"kept")
     finally:
         sc.umount(merged)
         os.rmdir(merged)
@@ -82,6 +94,15 @@ def _read_view(base: Path, layer: Path) -> dict[str, Any]:
              f"lowerdir={layer / 'upper'}:{base},userxattr")
     try:
         view: dict[str, Any] = {}
+        special = Path(merged) / "etc" / "special"
+        if special.exists():
+            a, sparse = os.lstat(special / "a"), os.lstat(special / "sparse")
+            view["special"] = {
+                "hardlinked": a.st_ino == os.lstat(special / "b").st_ino and a.st_nlink == 2,
+                "link": os.readlink(special / "link"), "fifo": stat.S_ISFIFO(os.lstat(special / "fifo").st_mode),
+                "sparse": [sparse.st_size, sparse.st_blocks * 512 < 1 << 20],
+                "suid": oct(os.lstat(special / "suid").st_mode & 0o7777),
+                "xattr": os.getxattr(special / "a", "user.note").decode()}
         for rel in ("etc/motd", "etc/gone", "etc/added", "opt/tool/old", "opt/tool/new",
                     "var/apt-private/cache", "var/apt-private/mine"):
             path = Path(merged) / rel
@@ -120,7 +141,7 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["layer_owner"] = os.stat(layer / "upper").st_uid
     first = [("write", "etc/motd", "changed motd\n"), ("rm", "etc/gone", ""), ("write", "etc/added", "added\n"),
              ("rmdir-recreate", "opt/tool", "new tool\n"), ("write", "var/apt-private/mine", "mine\n"),
-             ("chown42", "var/apt-private/mine", "")]
+             ("chown42", "var/apt-private/mine", ""), ("specials", "etc/special", "a")]
     mapped.call(_in_overlay, base, layer, first, fresh=True)
     free_before = os.statvfs(store.root).f_bfree
     store.snapshot("a", "c1")
@@ -142,6 +163,7 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["c2_shares_unchanged"] = _inode(c2 / "upper/opt/tool/new") == _inode(ck / "upper/opt/tool/new")
     out["c2_shares_changed"] = _inode(c2 / "upper/etc/added") == _inode(ck / "upper/etc/added")
     out["diff_c1_c2"] = _changes(store, ck, c2, base)
+    out["usage"] = list(usage.sandbox_bytes(store, "a"))  # layer, checkpoints, exclusive (df)
     out["view_live"] = mapped.call(_read_view, base, layer, fresh=True)
     store.restore("a", "c1", disk_limit=None)
     out["view_restored_c1"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)

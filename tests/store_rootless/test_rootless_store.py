@@ -16,7 +16,10 @@ EXPECTED = {"btrfs": ("subvolume", True), "btrfs-rm": ("subvolume", True), "xfs"
             "ext4": ("overlay", False)}
 C1 = {"etc/motd": ["changed motd\n", 0], "etc/added": ["added\n", 0], "opt/tool/new": ["new tool\n", 0],
       "var/apt-private/cache": ["apt's\n", 42], "var/apt-private/mine": ["mine\n", 42]}
-C2 = {"etc/added": ["added\nmore\n", 0], "opt/tool/new": ["new tool\n", 0],
+SPECIAL = {"hardlinked": True, "link": "../motd", "fifo": True, "sparse": [64 << 20, True], "suid": "0o4755",
+           "xattr": "kept"}
+C1["special"] = SPECIAL
+C2 = {"special": SPECIAL, "etc/added": ["added\nmore\n", 0], "opt/tool/new": ["new tool\n", 0],
       "var/apt-private/cache": ["apt's\n", 42], "var/apt-private/mine": ["mine\n", 42]}
 
 
@@ -55,9 +58,10 @@ def test_a_checkpoint_holds_only_what_changed(seen: Any) -> None:
 
 def test_diffs_see_whiteouts_opaque_dirs_and_inner_owners(seen: Any) -> None:
     _, result = seen
-    # /opt/tool/old, hidden by the opaque /opt/tool, is not listed: treediff walks the layers only,
-    # in root mode too (the opaque directory itself is read: its xattr is user.overlay.opaque here)
-    assert sorted(map(tuple, result["diff_c1_vs_base"])) == sorted([
+    # /opt/tool/old, hidden by the opaque /opt/tool, is not listed: treediff walks the layers only, in
+    # root mode too (the opaque directory itself is read: its xattr is user.overlay.opaque here)
+    listed = [tuple(c) for c in result["diff_c1_vs_base"] if not c[0].startswith("/etc/special")]
+    assert sorted(listed) == sorted([
         ("/etc/added", "added"), ("/etc/gone", "deleted"), ("/etc/motd", "modified"),
         ("/opt/tool/new", "added"), ("/var/apt-private/mine", "added")])
     assert sorted(map(tuple, result["diff_c1_vs_live"])) == sorted([
@@ -86,6 +90,14 @@ def test_overlay_checkpoints_copy_only_what_changed_since_the_previous_one(seen:
     assert result["c2_shares_changed"] is False
     assert result["c2_shares_unchanged"] is (fs == "ext4")
     assert result["c3_shares_with_c2"] is False
+
+
+def test_df_counts_what_removing_the_sandbox_would_give_back(seen: Any) -> None:
+    fs, result = seen
+    layer, checkpoints, exclusive = result["usage"]
+    assert layer > 0 and checkpoints > 0 and exclusive > 0
+    if fs == "ext4":  # c2 links what c1 has unchanged: counted once
+        assert exclusive < layer + checkpoints
 
 
 def test_removal_leaves_nothing_and_disk_limits_are_refused(seen: Any) -> None:

@@ -22,13 +22,14 @@ Runs as root of the sandbox's user namespace (``mapped``): the layer holds inner
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
 import subprocess
 import time
 from pathlib import Path
+
+from hermes_sandboxes.backends.local.store import copier
 
 _ARG_CHARS = 100_000  # paths per cp call (the kernel's ARG_MAX is larger; keeps each call modest)
 Stat = tuple[int, int, int, int, int]  # inode, ctime_ns, size, mtime_ns, mode
@@ -86,7 +87,11 @@ def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], m
     now = scan(upper)
     previous = _previous(candidates, ident)
     if previous is None:
-        _run(["cp", "-a", "--reflink=auto", "--sparse=always", str(layer), str(staged)])
+        try:
+            copier.copy_tree(layer, staged)
+        except OSError:  # what the in-process copy cannot take (a tree deeper than PATH_MAX): cp can
+            _remove(staged)
+            _run(["cp", "-a", "--reflink=auto", "--sparse=always", str(layer), str(staged)])
     else:
         _run(["cp", "-al", str(previous[0]), str(staged)])
         _apply(upper, staged / "upper", now, previous[1])
@@ -128,11 +133,18 @@ def _apply(live: Path, target: Path, now: dict[str, Stat], before: dict[str, Sta
         _remove(target / rel)
         changed.append(rel)
         touched.add(os.path.dirname(rel))
-    for batch in _batches(changed):
-        # --parents keeps the relative path; every parent exists already; links among one batch kept
-        _run(["cp", "-a", "--parents", "--no-dereference", "--reflink=auto", *batch, str(target)], cwd=live)
+    try:
+        copier.copy_entries(live, target, changed)
+    except OSError:  # as in checkpoint(): cp takes what the in-process copy cannot
+        for rel in changed:
+            _remove(target / rel)
+        for batch in _batches(changed):
+            # --parents keeps the relative path; every parent exists already; links among a batch kept
+            _run(["cp", "-a", "--parents", "--no-dereference", "--reflink=auto", *batch, str(target)], cwd=live)
     for rel in sorted(touched, key=lambda p: p.count("/") if p else -1, reverse=True):
-        _copy_dir_attributes(live / rel if rel else live, target / rel if rel else target)
+        source, copy = (live / rel, target / rel) if rel else (live, target)
+        copier.set_attributes(copy, os.lstat(source), source_path=None)
+        copier.copy_dir_xattrs(source, copy)
 
 
 def _batches(paths: list[str]) -> list[list[str]]:
@@ -145,18 +157,3 @@ def _batches(paths: list[str]) -> list[list[str]]:
         batches[-1].append(f"./{path}")  # never read as an option
         size += len(path) + 3
     return batches
-
-
-def _copy_dir_attributes(source: Path, target: Path) -> None:
-    st = os.lstat(source)
-    os.chown(target, st.st_uid, st.st_gid, follow_symlinks=False)
-    os.chmod(target, stat.S_IMODE(st.st_mode))
-    wanted = {name: os.getxattr(source, name, follow_symlinks=False)
-              for name in os.listxattr(source, follow_symlinks=False)}
-    for name in os.listxattr(target, follow_symlinks=False):
-        if name not in wanted:
-            with contextlib.suppress(OSError):
-                os.removexattr(target, name, follow_symlinks=False)
-    for name, value in wanted.items():
-        os.setxattr(target, name, value, follow_symlinks=False)
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
