@@ -80,6 +80,8 @@ class AgentLoop:
         self.approvals: dict[str, Any] = {"mode": "manual", "single_query_mode": "approve"}
         self.settings_yaml: str | None = None  # raw text for the plugin's settings block, when set
         self.enabled: list[str] = ["sandbox"]  # plugins.enabled
+        self.plugin = "sandbox"  # whose settings ``settings`` are (a cloud plugin: sprites, e2b)
+        self.dotenv: dict[str, str] = {}  # the profile's .env (a cloud plugin's token)
 
     def config(self) -> dict[str, Any]:
         settings: Any = self.settings if self.settings_yaml is None else "__RAW__"
@@ -88,7 +90,7 @@ class AgentLoop:
                       "api_key": "not-a-secret"},
             "terminal": self.terminal,
             "approvals": self.approvals,
-            "plugins": {"enabled": self.enabled, "entries": {"sandbox": {"settings": settings}}},
+            "plugins": {"enabled": self.enabled, "entries": {self.plugin: {"settings": settings}}},
         }
 
     def write_config(self) -> None:
@@ -97,6 +99,8 @@ class AgentLoop:
             indented = "\n".join("        " + line for line in self.settings_yaml.splitlines())
             text = text.replace("settings: __RAW__", "settings:\n" + indented)
         (self.home / "config.yaml").write_text(text)
+        if self.dotenv:
+            (self.home / ".env").write_text("".join(f"{k}={v}\n" for k, v in self.dotenv.items()))
 
     def environ(self) -> dict[str, str]:
         # Hermes's own variables and any model credentials stay out; ours (e.g. where host state
