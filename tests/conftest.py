@@ -15,6 +15,7 @@ from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.backends.local.store.base import BtrfsStore
 from hermes_sandboxes.names import unique_name
 from tests.cli import warm_kit
+from tests.markers import pytest_collection_modifyitems  # noqa: F401  (the suite's markers, see there)
 
 ROOT_REASON = "the local sandbox needs root; CI and development machines of this project run as root"
 
