@@ -24,7 +24,9 @@ BY_DIRECTORY = {"guest": ("qemu",), "sprites": ("fake_cloud",), "e2b": ("fake_cl
 CLOUD_PARAMETERS = ("[sprites", "[e2b", "-sprites]", "-e2b]", "sprites-", "e2b-")
 
 # Test files (or single tests, as node ids) that take long: measured, the slowest first.
-SLOW: tuple[str, ...] = ()
+SLOW: tuple[str, ...] = (
+    "store_rootless/test_rootless_store.py::test_the_rootless_base_is_the_sandboxes_own",  # ~55 s: unpacks 270 MB
+)
 
 
 def marks_for(item: pytest.Item) -> list[str]:

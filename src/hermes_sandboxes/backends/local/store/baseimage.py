@@ -56,6 +56,13 @@ def built(cache: Path | None = None) -> Path | None:
     return root if (root / COMPLETE).exists() else None
 
 
+def cached(home: Path | None = None) -> Path | None:
+    """The built base a rootless store at ``home`` uses, or None (never builds). The base belongs to
+    the user, not to a store: every store home of the user shares the one in the user's cache."""
+    del home
+    return built()
+
+
 def build_tarball(target: Path, progress: Progress, *, suite: str = SUITE,
                   packages: tuple[str, ...] = PACKAGES, mirror: str | None = None) -> None:
     """Fetch and assemble the root into the tarball ``target`` with mmdebstrap (no root needed)."""
