@@ -427,6 +427,11 @@ class Sandbox(ABC):
     def checkpoints(self) -> list[Checkpoint]:
         """Valid checkpoints, oldest first. A partial checkpoint is never listed."""
 
+    def all_checkpoints(self) -> list[Checkpoint]:
+        """``checkpoints()`` and those a service makes by itself and hides by default (Sprites'
+        automatic ones), oldest first: what ``checkpoint list --all`` shows."""
+        return self.checkpoints()
+
     @abstractmethod
     def restore(self, checkpoint_id: str) -> None:
         """Return the filesystem to the checkpoint. Running processes are stopped; the sandbox

@@ -71,20 +71,19 @@ def test_open_creates_once_then_resumes(backend: SpritesBackend, fake: FakeSprit
         backend.create("sp-a")
 
 
-def test_create_sends_the_settings_size_and_image(fake: FakeSprites) -> None:
-    settings = SpritesSettings(api_url=fake.url, image="ubuntu:24.04", max_cpus=2, max_ram_gb=4, max_disk_gb=20)
+def test_create_sends_the_published_fields_and_the_settings_size(fake: FakeSprites) -> None:
+    settings = SpritesSettings(api_url=fake.url, max_cpus=2, max_ram_gb=4, max_disk_gb=20)
     with SpritesBackend(settings, token=fake.token) as backend:
         backend.open("sp-sized")
     body = json.loads(fake.recorded("POST", "/v1/sprites")[0].body)
-    assert body == {"name": "sp-sized", "labels": [], "image": "ubuntu:24.04",
+    assert body == {"name": "sp-sized", "labels": [], "wait_for_capacity": True,
                     "config": {"cpus": 2, "ram_mb": 4096, "storage_gb": 20}}
 
 
-def test_an_image_the_service_cannot_pull_is_invalid_input(backend: SpritesBackend, fake: FakeSprites) -> None:
-    with pytest.raises(InvalidInput, match="could not be pulled"):
-        backend.create("sp-img", SandboxSpec(network="host", image="nope/none:1"))
-    assert [r.status for r in fake.recorded("POST", "/v1/sprites")] == [422]
-    assert "sp-img" not in fake.world.sprites
+def test_an_image_is_refused_before_anything_is_sent(backend: SpritesBackend, fake: FakeSprites) -> None:
+    with pytest.raises(Unsupported, match="one base image"):
+        backend.create("sp-img", SandboxSpec(network="host", image="ubuntu:24.04"))
+    assert fake.recorded() == [] and "sp-img" not in fake.world.sprites
 
 
 def test_specs_the_service_cannot_honour_are_refused_before_anything_is_sent(
@@ -343,9 +342,9 @@ def test_two_processes_opening_one_name_end_with_one_sprite_and_no_error(fake: F
     results = [p.communicate(timeout=120) for p in racers]
     assert [r[0].strip() for r in results] == ["ok", "ok"], [r[1][-2000:] for r in results]
     assert list(fake.world.sprites) == ["sp-race"]
-    # the second either saw the first's create under way (and waited) or lost the POST race (409)
+    # the second either saw the first's create under way (and waited) or lost the POST race (400, "name already exists")
     statuses = [r.status for r in fake.recorded("POST", "/v1/sprites")]
-    assert statuses.count(201) == 1 and set(statuses) <= {201, 409}
+    assert statuses.count(201) == 1 and set(statuses) <= {201, 400}
 
 
 def test_stop_kills_running_commands_and_the_sprite_stays(sprite: SpritesSandbox, fake: FakeSprites) -> None:

@@ -41,13 +41,17 @@ def test_create_exec_timeout_and_rm_through_the_cli(env: dict[str, str], fake: F
     assert "cli-one" not in fake.world.sprites
 
 
-def test_checkpoints_through_the_cli_and_a_clear_cannot_diff(env: dict[str, str]) -> None:
+def test_checkpoints_through_the_cli_and_a_clear_cannot_diff(env: dict[str, str], fake: FakeSprites) -> None:
     ok(env, "create", "cli-ck")
     ok(env, "exec", "cli-ck", "--", "bash", "-c", "echo one > /root/f")
     checkpoint = ok(env, "checkpoint", "create", "cli-ck", "-m", "before").stdout.strip()
     ok(env, "exec", "cli-ck", "--", "bash", "-c", "echo two > /root/f")
     listed = json.loads(ok(env, "checkpoint", "list", "cli-ck", "--json").stdout)
     assert [(c["id"], c["comment"]) for c in listed] == [(checkpoint, "before")]
+    auto = fake.world.checkpoint("cli-ck", "", auto=True)  # the service's own, hidden by default
+    assert [c["id"] for c in json.loads(ok(env, "checkpoint", "list", "cli-ck", "--json").stdout)] == [checkpoint]
+    every = json.loads(ok(env, "checkpoint", "list", "cli-ck", "--all", "--json").stdout)
+    assert [c["id"] for c in every] == [auto, checkpoint]  # newest first
     assert [s["checkpoint_count"] for s in json.loads(ok(env, "ls", "--json").stdout)] == [1]
     ok(env, "checkpoint", "restore", "cli-ck", checkpoint, "--yes")
     assert ok(env, "exec", "cli-ck", "--", "cat", "/root/f").stdout == "one\n"

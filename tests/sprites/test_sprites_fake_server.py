@@ -55,11 +55,24 @@ def test_sprites_are_created_listed_updated_and_deleted(fake: FakeSprites, clien
     assert create.status == 201 and create.body_size > 0
 
 
-def test_a_second_create_of_the_same_name_conflicts(fake: FakeSprites, client: SpritesClient) -> None:
+def test_a_second_create_of_the_same_name_is_refused_as_the_api_reference_says(
+        fake: FakeSprites, client: SpritesClient) -> None:
     client.create_sprite("fk-dup")
-    with pytest.raises(SpriteError, match="status 409"):
+    with pytest.raises(SpriteError, match=r"status 400.*name already exists"):
         client.create_sprite("fk-dup")
+    fake.duplicate_status = 409
+    try:
+        with pytest.raises(SpriteError, match="status 409"):
+            client.create_sprite("fk-dup")
+    finally:
+        fake.duplicate_status = 400
     assert len(fake.world.backend.names()) >= 1 and list(fake.world.sprites) == ["fk-dup"]
+
+
+def test_a_create_body_with_an_unpublished_field_is_refused(fake: FakeSprites, client: SpritesClient) -> None:
+    answer = client.http_client.post(f"{fake.url}/v1/sprites", json={"name": "fk-img", "image": "ubuntu:24.04"})
+    assert answer.status_code == 400 and "image" in answer.text
+    assert "fk-img" not in fake.world.sprites
 
 
 def test_a_wrong_token_is_refused(fake: FakeSprites) -> None:
@@ -151,7 +164,17 @@ def test_checkpoints_are_created_listed_and_restored(fake: FakeSprites, client: 
     [checkpoint] = sprite.list_checkpoints()
     assert (checkpoint.id, checkpoint.comment) == ("v1", "first one")
     assert sprite.get_checkpoint("v1").comment == "first one"
-    assert list(sprite.restore_checkpoint("v1"))[-1].type == "complete"
+    text = [m.data for m in messages]
+    assert text[-1] == "Checkpoint v1 created" and all("v1" not in t for t in text[:-1])  # the id: only there
+    fake.restore_gate = gate = threading.Event()
+    try:
+        assert list(sprite.restore_checkpoint("v1"))[-1].type == "complete"  # answered before it is done
+        with pytest.raises(Exception, match="restarting"):  # the environment restarts: exec is refused
+            sprite.command("true").run()
+    finally:
+        gate.set()
+        fake.restore_gate = None
+    wait_for(lambda: not fake.world.sprites["fk-ck"].restarting, "the Sprite to be back")
     assert sprite.command("cat", "/root/state").output() == b"one\n"
     with pytest.raises(NotFoundError):
         sprite.get_checkpoint("v9")
@@ -189,7 +212,7 @@ def test_a_slow_create_is_visible_as_creating_and_blocks_the_name(fake: FakeSpri
     worker.start()
     wait_for(lambda: "fk-slow" in fake.world.sprites, "the create to start")
     assert client.get_sprite("fk-slow").status == "creating"
-    with pytest.raises(SpriteError, match="status 409"):
+    with pytest.raises(SpriteError, match="status 400"):
         client.create_sprite("fk-slow")
     worker.join(30)
     assert client.get_sprite("fk-slow").status == "warm"
@@ -223,4 +246,4 @@ def test_two_processes_creating_one_name_end_with_one_sprite(fake: FakeSprites, 
     outputs = sorted(p.communicate(timeout=60)[0].split()[0] for p in racers)
     assert outputs == ["created", "refused"]
     assert [s.name for s in client.list_all_sprites(prefix="fk-race")] == ["fk-race"]
-    assert sorted(r.status for r in fake.recorded("POST", "/v1/sprites")) == [201, 409]
+    assert sorted(r.status for r in fake.recorded("POST", "/v1/sprites")) == [201, 400]

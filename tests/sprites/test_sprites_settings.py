@@ -17,17 +17,14 @@ def build(**raw: object) -> SpritesSettings:
     return validate_settings(SpritesSettings, raw, where=WHERE)
 
 
-@pytest.mark.parametrize("image", ["ubuntu:24.04", "ghcr.io/acme/box:1.2.3", "localhost:5000/a/b:v1",
-                                   "nousresearch/hermes-sandbox@sha256:" + "a" * 64])
-def test_pinned_images_are_accepted(image: str) -> None:
-    assert build(image=image).image == image
-
-
-@pytest.mark.parametrize("image", ["ubuntu", "ubuntu:latest", "Ubuntu:24.04", "ubuntu@sha256:abc", 24.04])
-def test_unpinned_or_malformed_images_are_refused(image: object) -> None:
+@pytest.mark.parametrize("image", ["ubuntu:24.04", "ghcr.io/acme/box:1.2.3", "ubuntu:latest", 24.04])
+def test_an_image_is_refused_with_one_line_saying_why(image: object) -> None:
+    """No published create body has an image (Sprites run the service's one base image): the
+    setting is refused instead of sent and ignored."""
     with pytest.raises(InvalidSettings) as caught:
         build(image=image)
     assert caught.value.key == f"{WHERE}.image"
+    assert "one base image" in str(caught.value) and "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(("key", "bad"), [("max_cpus", 0), ("max_cpus", 129), ("max_cpus", True), ("max_cpus", "2"),

@@ -231,9 +231,10 @@ class Session:
         self.recorded.health_command = health
         return self.recorded.checkpoint(comment, trigger="manual", health=True)
 
-    def checkpoints(self) -> list[StoriedCheckpoint]:
-        """Oldest first, with their story."""
-        return self.recorded.checkpoints()
+    def checkpoints(self, *, include_internal: bool = False) -> list[StoriedCheckpoint]:
+        """Oldest first, with their story (``include_internal``: with the framework's own commands
+        and the checkpoints a service made by itself)."""
+        return self.recorded.checkpoints(include_internal=include_internal)
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
         backend = self.sandbox.backend

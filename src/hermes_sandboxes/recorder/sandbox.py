@@ -564,8 +564,9 @@ class RecordedSandbox:
 
     def checkpoints(self, *, include_internal: bool = False) -> list[StoriedCheckpoint]:
         """The sandbox's checkpoints, oldest first, each with its story (the agent framework's own
-        housekeeping commands left out unless ``include_internal``)."""
-        listed = self._inner.checkpoints()
+        housekeeping commands left out unless ``include_internal``, which also lists the checkpoints a
+        service made by itself)."""
+        listed = self._inner.all_checkpoints() if include_internal else self._inner.checkpoints()
         story, live = self._story(include_internal), {c.id for c in listed}
         return [self._enrich(c, story, live) for c in listed]
 

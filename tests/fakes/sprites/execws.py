@@ -54,8 +54,9 @@ class ExecSession:
     master_fd: int = -1
     client_closed_first: bool = False  # after the exit frame, the client hung up before the server did
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "command": " ".join(self.argv), "workdir": self.cwd or "/",
+    def to_json(self, *, command_list: bool = False) -> dict[str, Any]:
+        command: Any = list(self.argv) if command_list else " ".join(self.argv)
+        return {"id": self.id, ("cmd" if command_list else "command"): command, "workdir": self.cwd or "/",
                 "created": iso(self.created), "bytes_per_second": 0, "is_active": not self.done.is_set(),
                 "tty": self.tty, "last_activity": iso(time.time())}
 

@@ -3,6 +3,15 @@
 It serves the REST API (sprites, exec sessions and their kill endpoint, fs, checkpoints) and the
 exec WebSocket (see execws.py) on 127.0.0.1 from a uvicorn thread, records every request it gets,
 and injects faults on demand (see Fault). Each Sprite is a real local sandbox (see world.py).
+
+It answers in the shapes the published sources show (docs/sprites.md names the source of each): a
+create with a taken name is 400 "Invalid request body or name already exists" (``duplicate_status``
+may make it 409) and a body with a field no source publishes is 400; a 429 carries an ``error``
+code, ``retry_after_seconds`` and ``Retry-After``; checkpoint create streams progress whose last
+message alone names the new id ("Checkpoint v3 created"); the list hides automatic checkpoints
+unless ``includeAuto=true``; a restore answers at once and restarts the Sprite afterwards (exec is
+refused meanwhile, running sessions end); the session list's envelope and command form follow
+``session_envelope`` ("object" or "array") and ``session_command`` ("string" or "list").
 """
 
 from __future__ import annotations
@@ -23,9 +32,11 @@ import uvicorn
 
 from hermes_sandboxes.backends.local import LocalBackend
 from tests.fakes.sprites.execws import ExecConnection, ExecRequest, ExecSession, Sessions
-from tests.fakes.sprites.world import Conflict, Missing, World
+from tests.fakes.sprites.world import Conflict, Missing, World, iso
 
 Json = dict[str, Any] | list[Any]
+# every create-body field a published source shows (API reference, sprites-py, sprites-go)
+CREATE_FIELDS = {"name", "config", "url_settings", "labels", "wait_for_capacity", "runtime", "environment"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,8 @@ class Fault:
     lose_response: bool = False  # do the work, then cut the connection before the answer is complete
     drop_exec: bool = False  # exec: close the WebSocket after the first output frame, without an exit
     message: str | None = None  # the error message of the injected status
+    code: str | None = None  # with status 429: the error code (sprite_creation_rate_limited, ...)
+    stream: list[dict[str, Any]] | None = None  # answer 200 with these NDJSON lines, doing nothing
     times: int = 1
 
 
@@ -95,7 +108,11 @@ class FakeSprites:
         self.world = World(backend, local_prefix)
         self.sessions = Sessions()
         self.disconnect_grace = disconnect_grace
-        self.images = {"ubuntu:24.04", "debian:12"}  # what a create may name; others fail like an unknown image
+        self.duplicate_status = 400  # what a create with a taken name answers (the API reference: 400)
+        self.session_envelope = "object"  # the session list: {"sessions": [...]} or a bare "array"
+        self.session_command = "string"  # each session's command: one "string" or a "list" (older docs)
+        self.restore_delay = 0.3  # seconds after the restore's answer until the Sprite is back
+        self.restore_gate: threading.Event | None = None  # if set, the Sprite is back only once it is set
         self.requests: list[Recorded] = []
         self._faults: list[Fault] = []
         self._in_flight = 0  # HTTP requests being answered
@@ -231,6 +248,8 @@ class FakeSprites:
             if fault.delay:
                 time.sleep(fault.delay)
             return _fault_reply(fault)
+        if fault is not None and fault.stream is not None:
+            return Reply.ndjson(fault.stream)
         if fault is not None and fault.delay and not (method == "POST" and path == "/v1/sprites"):
             time.sleep(fault.delay)
         try:
@@ -238,7 +257,8 @@ class FakeSprites:
         except Missing as exc:
             reply = Reply.error(404, "not_found", str(exc))
         except Conflict as exc:
-            reply = Reply.error(409, "sprite_already_exists", f"a sprite named {exc} already exists")
+            reply = Reply.error(self.duplicate_status, "bad_request" if self.duplicate_status == 400 else "conflict",
+                                f"Invalid request body or name already exists: {exc}")
         except (ValueError, KeyError) as exc:
             reply = Reply.error(400, "bad_request", f"bad request: {exc}")
         except Exception as exc:
@@ -264,16 +284,17 @@ class FakeSprites:
             if rest[0] == "fs" and len(rest) == 2:
                 return self._fs(method, name, rest[1], q, body)
             if rest[0] in ("exec", "checkpoint", "checkpoints"):
-                return self._sub(method, name, rest, json.loads(body) if body else {})
+                return self._sub(method, name, rest, json.loads(body) if body else {}, q)
         return Reply.error(404, "not_found", f"no route {method} {path}")
 
     # sprites --------------------------------------------------------------------------------------
     def _create(self, data: dict[str, Any], delay: float) -> Reply:
+        unknown = sorted(set(data) - CREATE_FIELDS)
+        if unknown or not isinstance(data.get("name"), str):
+            return Reply.error(400, "bad_request", f"Invalid request body: unknown field(s) {unknown}" if unknown
+                               else "Invalid request body: name is required")
         name = data["name"]
-        if data.get("image") is not None and data["image"] not in self.images:
-            return Reply.error(422, "image_not_found", f"image {data['image']} could not be pulled")
-        sprite = self.world.reserve(name, data.get("config") or {}, list(data.get("labels") or []),
-                                    data.get("image"))
+        sprite = self.world.reserve(name, data.get("config") or {}, list(data.get("labels") or []), None)
         if delay:
             time.sleep(delay)
         try:
@@ -306,9 +327,10 @@ class FakeSprites:
         return Reply.error(405, "method_not_allowed", method)
 
     # exec sessions and checkpoints ----------------------------------------------------------------
-    def _sub(self, method: str, name: str, rest: list[str], data: dict[str, Any]) -> Reply:
+    def _sub(self, method: str, name: str, rest: list[str], data: dict[str, Any], q: dict[str, str]) -> Reply:
         if rest == ["exec"] and method == "GET":
-            return Reply.json(200, {"sessions": [s.to_json() for s in self.sessions.of(name)]})
+            sessions = [s.to_json(command_list=self.session_command == "list") for s in self.sessions.of(name)]
+            return Reply.json(200, sessions if self.session_envelope == "array" else {"sessions": sessions})
         if len(rest) == 3 and rest[0] == "exec" and rest[2] == "kill" and method == "POST":
             timeout = float(data.get("timeout", 10))
             try:
@@ -321,20 +343,38 @@ class FakeSprites:
             return Reply.ndjson(lines)
         if rest == ["checkpoint"] and method == "POST":
             cid = self.world.checkpoint(name, str(data.get("comment", "")))
-            return Reply.ndjson([{"type": "info", "data": "creating checkpoint"},
-                                 {"type": "complete", "data": f"checkpoint {cid} created"}])
+            now = iso(time.time())
+            return Reply.ndjson([{"type": "info", "data": "Creating checkpoint...", "time": now},
+                                 {"type": "info", "data": "Stopping services...", "time": now},
+                                 {"type": "info", "data": "Saving filesystem state...", "time": now},
+                                 {"type": "complete", "data": f"Checkpoint {cid} created", "time": now}])
         if rest == ["checkpoints"] and method == "GET":
-            return Reply.json(200, self.world.checkpoints(name))
+            return Reply.json(200, self.world.checkpoints(name, include_auto=q.get("includeAuto") == "true"))
         if len(rest) == 2 and rest[0] == "checkpoints" and method == "GET":
             return Reply.json(200, self.world.find_checkpoint(name, rest[1]))
         if len(rest) == 3 and rest[0] == "checkpoints" and rest[2] == "restore" and method == "POST":
-            for session in self.sessions.of(name):  # restoring stops every running command
+            self.world.find_checkpoint(name, rest[1])
+            self.world.begin_restart(name)  # exec is refused until the restore below is done
+            threading.Thread(target=self._restore_later, args=(name, rest[1]), daemon=True).start()
+            now = iso(time.time())
+            return Reply.ndjson([{"type": "info", "data": f"Restoring to {rest[1]}...", "time": now},
+                                 {"type": "complete", "data": f"Restore to {rest[1]} started", "time": now}])
+        return Reply.error(404, "not_found", f"no route {method} {'/'.join(rest)}")
+
+    def _restore_later(self, name: str, public: str) -> None:
+        """The restore's asynchronous part: active sessions end, the filesystem goes back, the
+        environment comes back up after ``restore_delay``."""
+        try:
+            for session in self.sessions.of(name):
                 if session.process is not None:
                     session.process.kill()
-            self.world.restore(name, rest[1])
-            return Reply.ndjson([{"type": "info", "data": f"restoring {rest[1]}"},
-                                 {"type": "complete", "data": f"restored {rest[1]}"}])
-        return Reply.error(404, "not_found", f"no route {method} {'/'.join(rest)}")
+            if self.restore_gate is not None:
+                self.restore_gate.wait(60)
+            else:
+                time.sleep(self.restore_delay)
+            self.world.restore(name, public)
+        finally:
+            self.world.end_restart(name)
 
     # filesystem -----------------------------------------------------------------------------------
     def _fs(self, method: str, name: str, op: str, q: dict[str, str], body: bytes) -> Reply:
@@ -368,6 +408,8 @@ class FakeSprites:
             refusal = _fault_reply(fault)
         elif sprite is None or sprite.sandbox is None:
             refusal = Reply.error(404, "not_found", f"no sprite for {path}")
+        elif sprite.restarting:
+            refusal = Reply.error(503, "unavailable", "the sprite is restarting")
         request = ExecRequest.parse(query)
         if refusal is None and not request.argv:
             refusal = Reply.error(400, "bad_request", "no cmd given")
@@ -389,7 +431,8 @@ class FakeSprites:
 def _fault_reply(fault: Fault) -> Reply:
     assert fault.status is not None
     if fault.status == 429:
-        reply = Reply.json(429, {"error": "rate_limited", "message": "too many requests",
+        reply = Reply.json(429, {"error": fault.code or "sprite_creation_rate_limited",
+                                 "message": fault.message or "too many requests", "limit": 10, "window_seconds": 60,
                                  "retry_after_seconds": fault.retry_after})
         if fault.retry_after is not None:
             reply.headers.append(("Retry-After", str(fault.retry_after)))

@@ -45,7 +45,10 @@ class FakeSprite:
     id: str = field(default_factory=lambda: f"sprite-{secrets.token_hex(8)}")
     sandbox: LocalSandbox | None = None
     checkpoint_ids: dict[str, str] = field(default_factory=dict)  # Sprites id (v1, v2...) -> local id
+    auto_ids: set[str] = field(default_factory=set)  # the service's own (auto-N), hidden by default
+    sources: dict[str, str] = field(default_factory=dict)  # checkpoint id -> the one before it
     running: int = 0
+    restarting: bool = False  # a restore is under way: exec is refused
 
     def to_json(self) -> dict[str, Any]:
         status = "running" if self.running and self.status == "warm" else self.status
@@ -123,22 +126,38 @@ class World:
         return [self.sprites[n] for n in chosen], len(names) > len(chosen)
 
     # checkpoints -------------------------------------------------------------------------------
-    def checkpoint(self, name: str, comment: str) -> str:
+    def checkpoint(self, name: str, comment: str, *, auto: bool = False) -> str:
         sprite, sandbox = self.ready(name)
         local = sandbox.checkpoint(comment)
-        public = f"v{len(sprite.checkpoint_ids) + 1}"
+        if auto:
+            public = f"auto-{len(sprite.auto_ids) + 1}"
+            sprite.auto_ids.add(public)
+        else:
+            public = f"v{len(sprite.checkpoint_ids) - len(sprite.auto_ids) + 1}"
+        previous = next(reversed(sprite.checkpoint_ids), None)
         sprite.checkpoint_ids[public] = local.id
+        sprite.sources[public] = previous or ""
         return public
 
-    def checkpoints(self, name: str) -> list[dict[str, Any]]:
+    def checkpoints(self, name: str, *, include_auto: bool = True) -> list[dict[str, Any]]:
         sprite, sandbox = self.ready(name)
         by_local = {c.id: c for c in sandbox.checkpoints()}
         out = []
         for public, local_id in sprite.checkpoint_ids.items():
             cp = by_local.get(local_id)
-            if cp is not None:
-                out.append({"id": public, "create_time": iso(cp.created_at), "comment": cp.comment})
+            if cp is not None and (include_auto or public not in sprite.auto_ids):
+                out.append({"id": public, "create_time": iso(cp.created_at), "comment": cp.comment,
+                            "health": "", "source_id": sprite.sources.get(public, ""),
+                            **({"is_auto": True} if public in sprite.auto_ids else {})})
         return out
+
+    def begin_restart(self, name: str) -> None:
+        self.get(name).restarting = True
+
+    def end_restart(self, name: str) -> None:
+        sprite = self.sprites.get(name)
+        if sprite is not None:
+            sprite.restarting = False
 
     def find_checkpoint(self, name: str, public: str) -> dict[str, Any]:
         for cp in self.checkpoints(name):

@@ -78,6 +78,26 @@ class API:
                 time.sleep(min(pause, MAX_RETRY_SLEEP_S))
         raise AssertionError("unreachable")
 
+    def request(self, method: str, path: str, what: str, *, sprite: str | None = None, retry: bool = True,
+                json_body: Any = None, params: Mapping[str, str] | None = None,
+                timeout: float | None = None) -> httpx.Response:
+        """One REST request through the SDK's authenticated client (for the answers whose published
+        shapes the SDK does not read: see shapes.py); a status of 400 or more is our error."""
+        options: dict[str, Any] = {"params": params}
+        if json_body is not None:
+            options["json"] = json_body
+        if timeout is not None:
+            options["timeout"] = timeout
+
+        def send() -> httpx.Response:
+            response: httpx.Response = getattr(self.client.http_client, method.lower())(
+                f"{self.base_url}{path}", **options)
+            if response.status_code >= 400:
+                raise self.from_status(response.status_code, response.text, what, sprite, headers=response.headers)
+            return response
+
+        return self.call(what, send, sprite=sprite, retry=retry)
+
     def translate(self, exc: BaseException, what: str, sprite: str | None) -> SandboxError:
         """The package error for an SDK (or httpx) exception, its message without the token."""
         where = f"Sprite {sprite}: " if sprite else "Sprites: "
@@ -118,8 +138,11 @@ class API:
         if status == 409:
             return SandboxExists(text)
         if status == 429:
+            code = _code(body)
+            why = {"sprite_creation_rate_limited": "; too many Sprites created in a short time",
+                   "concurrent_sprite_limit_exceeded": "; the organization runs as many Sprites as it may"}
             hint = f"; retry in {retry_after:g}s" if retry_after else "; retry later"
-            return RateLimited(text + hint, retry_after=retry_after)
+            return RateLimited(text + why.get(code, "") + hint, retry_after=retry_after)
         if status == 402 or "limit_exceeded" in body:
             return QuotaExceeded(text + "; free up Sprites or raise the organization's limits")
         if status in (400, 422):
@@ -127,6 +150,15 @@ class API:
         if status >= 500:
             return SandboxUnreachable(text + "; the Sprites API had a problem, try again")
         return SandboxError(text)
+
+
+def _code(body: str) -> str:
+    """The machine-readable ``error`` code of a JSON error body, or ""."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    return str(data.get("error") or "") if isinstance(data, dict) else ""
 
 
 def _detail(body: str) -> str:
@@ -141,15 +173,19 @@ def _detail(body: str) -> str:
 
 
 def _retry_after(body: str, headers: Mapping[str, str]) -> float | None:
+    """The wait a 429 asks for: the body's ``retry_after_seconds``, else the ``Retry-After`` header
+    (sprites-go's ``GetRetryAfterSeconds`` order)."""
+    try:
+        data: Any = json.loads(body)
+    except ValueError:
+        data = None
+    value = data.get("retry_after_seconds") if isinstance(data, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
     for key in ("retry-after", "Retry-After"):
         if key in headers:
             try:
                 return float(headers[key])
             except ValueError:
                 pass
-    try:
-        data: Any = json.loads(body)
-    except ValueError:
-        return None
-    value = data.get("retry_after_seconds") if isinstance(data, dict) else None
-    return float(value) if isinstance(value, int | float) and value > 0 else None
+    return None

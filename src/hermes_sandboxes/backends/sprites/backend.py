@@ -3,11 +3,15 @@
 Creating a Sprite from an image the service has not pulled may take minutes. A create waits up to
 ``SpritesSettings.create_wait_s`` (4 minutes by default, inside Hermes's 420 s tool deadline),
 then fails with a "still being created; retry" error; the next ``open`` of that name picks the
-Sprite up once it exists. Two processes creating one name end with one Sprite: the loser gets 409
-and adopts the winner's. A create whose answer was lost (5xx, a dropped connection) is checked
-with a lookup before it is tried again, so it never makes two. The create request is sent through
-the SDK's authenticated HTTP client rather than ``create_sprite`` because the latter can pass
-neither an image nor the Retry-After of a 429.
+Sprite up once it exists. Two processes creating one name end with one Sprite: the loser's create
+is refused (400 "name already exists" in the API reference; 409 is taken the same way) and, once a
+lookup finds the name, it adopts the winner's. A create whose answer was lost (5xx, a dropped
+connection) is checked with a lookup before it is tried again, so it never makes two. A 429 (too
+many creates, or too many Sprites at once) waits what the service asks (``retry_after_seconds``,
+else ``Retry-After``) while the create's time allows. The body holds only published fields:
+``name``, ``labels``, ``config`` (the SDKs' sizes) and ``wait_for_capacity``; Sprites have one base
+image, so no image is sent (the setting is refused, see settings.py). The request goes through the
+SDK's authenticated HTTP client rather than ``create_sprite``, which hides a 429's Retry-After.
 """
 
 from __future__ import annotations
@@ -100,6 +104,9 @@ class SpritesBackend(Backend):
             raise InvalidInput(f"Sprites take a whole number of CPUs, got {spec.limits.cpus:g}")
         if spec.idle_timeout is not None:
             raise Unsupported("Sprites pause idle VMs by themselves; an idle timeout cannot be set")
+        if spec.image is not None:
+            raise Unsupported(f"Sprites have one base image (the service's, upgraded by it); image {spec.image!r} "
+                              "cannot be chosen: install what you need in the Sprite and checkpoint it")
 
     def _create_body(self, name: str, spec: SandboxSpec, ephemeral: bool) -> dict[str, Any]:
         limits = spec.limits
@@ -111,11 +118,10 @@ class SpritesBackend(Backend):
         labels = [f"{k}={v}" for k, v in sorted(spec.labels.items())]
         if ephemeral:
             labels.append(EPHEMERAL_LABEL)
-        body: dict[str, Any] = {"name": name, "labels": labels}
+        # wait_for_capacity: a create the service cannot place at once waits (inside create_wait_s)
+        body: dict[str, Any] = {"name": name, "labels": labels, "wait_for_capacity": True}
         if any(v is not None for v in config.values()):
             body["config"] = {k: v for k, v in config.items() if v is not None}
-        if spec.image:
-            body["image"] = spec.image
         return body
 
     # sandboxes -----------------------------------------------------------------------------------
@@ -155,8 +161,12 @@ class SpritesBackend(Backend):
         for attempt in range(1, 4):
             try:
                 return self._await_ready(self._post_create(name, body, deadline, ephemeral), deadline, ephemeral)
-            except SandboxExists:
-                raise SandboxExists(f"a Sprite named {name} already exists; open it, or delete it first") from None
+            except (SandboxExists, InvalidInput) as refused:
+                # the API reference answers a taken name with 400 (and a bad body the same way):
+                # a lookup tells which; 409 is read the same way should it come
+                if not self._exists(name):
+                    raise
+                raise SandboxExists(f"a Sprite named {name} already exists; open it, or delete it first") from refused
             except RateLimited as exc:
                 pause = exc.retry_after or 1.0
                 if attempt == 3 or time.monotonic() + pause > deadline:
@@ -169,6 +179,13 @@ class SpritesBackend(Backend):
                     if attempt == 3:
                         raise
         raise AssertionError("unreachable")
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self._lookup(name)
+        except SandboxNotFound:
+            return False
+        return True
 
     def _post_create(self, name: str, body: dict[str, Any], deadline: float, ephemeral: bool) -> Remote:
         """POST /v1/sprites on a thread, waited for until ``deadline``."""

@@ -9,13 +9,16 @@ Images without ``$HOME`` exist, so every command gets ``HOME=/root`` explicitly.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hermes_sandboxes.backends.sprites import shapes
 from hermes_sandboxes.backends.sprites.api import MAX_RETRY_SLEEP_S
 from hermes_sandboxes.backends.sprites.process import (
     KILL_GRACE_S,
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
     from hermes_sandboxes.backends.sprites.backend import SpritesBackend
 
 EPHEMERAL_LABEL = "hermes-sandboxes-ephemeral"
+RESTORE_MARKER_DIR = "/var/tmp/hermes-sandboxes-restore"  # written before a restore, gone after it
+RESTORE_WAIT_S = 120.0
 NOT_FOUND_EXIT = 66
 _READ = 'if [ -d "$1" ]; then echo "$1: is a directory" >&2; exit 65; fi; [ -e "$1" ] || exit 66; exec cat -- "$1"'
 _DELETE = '[ -e "$1" ] || [ -L "$1" ] || exit 66; rm -f -- "$1"'
@@ -117,10 +122,15 @@ class SpritesSandbox(Sandbox):
         """Kill every running exec session; the service pauses an idle Sprite by itself."""
         from sprites.session import kill_session
 
-        for session in self._call("session list", self.sdk_sprite.list_sessions):
-            if session.is_active:
+        for session in self.sessions():
+            if session.active:
                 self._call(f"kill of exec session {session.id}",
                            lambda s=session.id: list(kill_session(self.sdk_sprite, s, timeout=3)))
+
+    def sessions(self) -> list[shapes.ExecSession]:
+        """The exec sessions, in whichever published shape the service answers (shapes.py)."""
+        answer = self._backend.api.request("GET", f"/v1/sprites/{self.name}/exec", "session list", sprite=self.name)
+        return shapes.exec_sessions(answer.json())
 
     # commands ------------------------------------------------------------------------------------
     def start(self, command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
@@ -136,8 +146,7 @@ class SpritesSandbox(Sandbox):
         from sprites.session import kill_session
 
         token = _tag_token(check_tag(tag))
-        sessions = [s for s in self._call("session list", self.sdk_sprite.list_sessions)
-                    if s.is_active and token in (part.strip("'\"") for part in s.command.split())]
+        sessions = [s for s in self.sessions() if s.active and token in s.words]
         for session in sessions:
             self._call(f"kill of exec session {session.id}", lambda s=session.id: list(
                 kill_session(self.sdk_sprite, s, signal=KILL_SIGNAL, timeout=KILL_GRACE_S)))
@@ -221,30 +230,75 @@ class SpritesSandbox(Sandbox):
 
     # checkpoints ---------------------------------------------------------------------------------
     def checkpoint(self, comment: str = "") -> Checkpoint:
-        """Create one (not retried: a repeat would make two); its id is the one that is new in
-        the listing afterwards, whatever the progress messages say."""
-        before = {c.id for c in self.checkpoints()}
-        messages = self._call("checkpoint", lambda: list(self.sdk_sprite.create_checkpoint(comment)), retry=False)
-        _raise_stream_error(messages, f"Sprite {self.name}: checkpoint failed")
-        new = [c for c in self.checkpoints() if c.id not in before]
-        if not new:
-            raise SandboxError(f"Sprite {self.name}: the checkpoint was reported done but is not listed; "
+        """Create one (not retried: a repeat would make two). The service's progress stream names
+        the new id only in the text of a message ("Checkpoint v8 created"): no id, no checkpoint."""
+        api = self._backend.api
+        answer = api.request("POST", f"/v1/sprites/{self.name}/checkpoint", "checkpoint", sprite=self.name,
+                             retry=False, json_body={"comment": comment} if comment else {}, timeout=600)
+        messages = shapes.ndjson(answer.text)
+        failed = shapes.stream_error(messages)
+        if failed is not None:
+            raise SandboxError(f"Sprite {self.name}: checkpoint failed: {api.redact(failed)}")
+        new_id = shapes.created_checkpoint_id(messages)
+        if new_id is None:
+            raise SandboxError(f"Sprite {self.name}: the checkpoint stream ended without naming a checkpoint; "
                                "list checkpoints before trying again")
-        return new[-1]
+        listed = {c.id: c for c in self._listed(include_auto=True)}
+        found = listed.get(new_id)
+        return Checkpoint(id=new_id, created_at=found.created_at if found else time.time(),
+                          comment=found.comment if found and found.comment else comment)
+
+    def _listed(self, *, include_auto: bool = False) -> list[shapes.ListedCheckpoint]:
+        params = {"includeAuto": "true"} if include_auto else None
+        answer = self._backend.api.request("GET", f"/v1/sprites/{self.name}/checkpoints", "checkpoint list",
+                                           sprite=self.name, params=params)
+        return sorted(shapes.listed_checkpoints(answer.json()), key=lambda c: c.created_at)
 
     def checkpoints(self) -> list[Checkpoint]:
-        found = self._call("checkpoint list", self.sdk_sprite.list_checkpoints)
-        result = [Checkpoint(id=c.id, created_at=c.create_time.timestamp(), comment=c.comment or "")
-                  for c in found]
-        return sorted(result, key=lambda c: c.created_at)
+        """Ours and the user's, oldest first; the service's automatic ones are hidden, as the API
+        hides them by default (see ``all_checkpoints``)."""
+        return [Checkpoint(id=c.id, created_at=c.created_at, comment=c.comment) for c in self._listed()]
+
+    def all_checkpoints(self) -> list[Checkpoint]:
+        """With the service's automatic checkpoints (``auto-`` ids, ``includeAuto=true``)."""
+        return [Checkpoint(id=c.id, created_at=c.created_at, comment=c.comment or ("automatic" if c.auto else ""))
+                for c in self._listed(include_auto=True)]
 
     def restore(self, checkpoint_id: str) -> None:
-        if checkpoint_id not in {c.id for c in self.checkpoints()}:
+        """Restore, then wait until the Sprite is back. The service answers at once and restarts
+        the environment afterwards (active sessions end), so a marker file written just before
+        (absent from every checkpoint) tells a Sprite that has restored from one that has not yet
+        begun; until it is gone, or while exec is refused, the next command would be too early."""
+        if checkpoint_id not in {c.id for c in self._listed(include_auto=True)}:
             raise CheckpointNotFound(f"Sprite {self.name} has no checkpoint {checkpoint_id!r}; "
                                      f"list them with: hermes-sandboxes checkpoint list {self.name}")
-        messages = self._call(f"restore of {checkpoint_id}",
-                              lambda: list(self.sdk_sprite.restore_checkpoint(checkpoint_id)), retry=False)
-        _raise_stream_error(messages, f"Sprite {self.name}: restore of {checkpoint_id} failed")
+        marker = f"{RESTORE_MARKER_DIR}/{secrets.token_hex(8)}"
+        self.write_file(marker, b"")
+        api = self._backend.api
+        answer = api.request("POST", f"/v1/sprites/{self.name}/checkpoints/{checkpoint_id}/restore",
+                             f"restore of {checkpoint_id}", sprite=self.name, retry=False, timeout=600)
+        failed = shapes.stream_error(shapes.ndjson(answer.text))
+        if failed is not None:
+            with contextlib.suppress(SandboxError):
+                self.delete_file(marker)
+            raise SandboxError(f"Sprite {self.name}: restore of {checkpoint_id} failed: {api.redact(failed)}")
+        self._await_restored(marker, checkpoint_id)
+
+    def _await_restored(self, marker: str, checkpoint_id: str) -> None:
+        deadline = time.monotonic() + RESTORE_WAIT_S
+        pause = 0.1
+        while True:
+            try:
+                code, _, _ = self._run_quiet(["sh", "-c", '[ ! -e "$1" ]', "sh", marker])
+                if code == 0:
+                    return
+            except SandboxError:  # refused or cut off while the environment restarts
+                pass
+            if time.monotonic() + pause > deadline:
+                raise SandboxUnreachable(f"Sprite {self.name} was still restoring {checkpoint_id} after "
+                                         f"{RESTORE_WAIT_S:g}s; try the next command in a moment")
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         raise Unsupported("Sprites cannot delete checkpoints; they stay until the Sprite is deleted")
@@ -288,12 +342,6 @@ def _absolute(path: str) -> str:
     if not path.startswith("/"):
         raise InvalidInput(f"sandbox paths must be absolute, got {path!r}")
     return path
-
-
-def _raise_stream_error(messages: list[Any], what: str) -> None:
-    for message in messages:
-        if message.type == "error":
-            raise SandboxError(f"{what}: {message.error or message.data}")
 
 
 def _timestamp(value: Any) -> float:

@@ -5,8 +5,10 @@ settings (and say what is wrong) on a machine without the ``sprites`` extra. The
 setting: it comes from the environment (``SPRITES_TOKEN``, then ``SPRITE_TOKEN``), so it cannot end
 up in a config file, a settings dump or an error message about a setting.
 
-``image``, ``max_cpus``, ``max_ram_gb`` and ``max_disk_gb`` apply only when a Sprite is created; an
-existing Sprite is resumed as it is.
+``max_cpus``, ``max_ram_gb`` and ``max_disk_gb`` apply only when a Sprite is created; an existing
+Sprite is resumed as it is. ``image`` is refused: no published source (the API reference, sprites-go,
+sprites-py) has an image in the create body, and Sprites run one base image that the service
+upgrades; sending one would be ignored, so the setting says so instead.
 """
 
 from __future__ import annotations
@@ -27,16 +29,9 @@ TOKEN_ENVS = ("SPRITES_TOKEN", "SPRITE_TOKEN")  # in this order
 CREATE_WAIT_S = 240.0  # inside Hermes's 420 s terminal deadline
 GIB = 1 << 30
 
-# name[:tag] or name@sha256:<64 hex>; a registry host may carry a port (host:5000/name:tag)
-_IMAGE_RE = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
-
 
 class SpritesSettings(BackendSettings):
-    """``image``: an OCI reference with an explicit tag (not ``latest``) or a digest; unset, the
-    Sprites base image. ``max_cpus`` 1-128, ``max_ram_gb`` and ``max_disk_gb`` 1-1024: the size of
+    """``image``: refused (see above). ``max_cpus`` 1-128, ``max_ram_gb`` and ``max_disk_gb`` 1-1024: the size of
     new Sprites, unset the service's default. ``api_url``: else $SPRITES_API_URL, else the public
     API. ``create_wait_s``: how long a create may take before "still being created; retry"."""
 
@@ -50,15 +45,12 @@ class SpritesSettings(BackendSettings):
 
     @field_validator("image", mode="before")
     @classmethod
-    def _image(cls, value: object) -> str:
-        text = _require_text(value, "an image reference with a tag or digest, e.g. 'ubuntu:24.04'")
-        match = _IMAGE_RE.match(text)
-        if match is None:
-            raise ValueError(f"{text!r} is not an image reference (name:tag or name@sha256:<digest>)")
-        if match["digest"] is None and match["tag"] in (None, "latest"):
-            raise ValueError(f"{text!r} does not pin an image; give an explicit tag other than 'latest', "
-                             "or better a digest (name@sha256:...)")
-        return text
+    def _image(cls, value: object) -> None:
+        if value is None:
+            return None
+        raise ValueError(f"{value!r}: Sprites have one base image (the service's, upgraded by it) and the "
+                         "create API takes no image; remove the setting, install what you need in the "
+                         "Sprite and checkpoint it")
 
     @field_validator("max_cpus", mode="before")
     @classmethod
@@ -89,13 +81,13 @@ class SpritesSettings(BackendSettings):
         return (self.api_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL).rstrip("/")
 
     def spec(self) -> SandboxSpec:
-        """Sprites reach the internet ("host" network); their size and image come from here."""
+        """Sprites reach the internet ("host" network); their size comes from here."""
         limits = Limits(
             memory_bytes=self.max_ram_gb * GIB if self.max_ram_gb else None,
             cpus=float(self.max_cpus) if self.max_cpus else None,
             disk_bytes=self.max_disk_gb * GIB if self.max_disk_gb else None,
         )
-        return SandboxSpec(network="host", limits=limits, image=self.image)
+        return SandboxSpec(network="host", limits=limits)
 
 
 def find_token(lookup: Callable[[str], str | None] = os.environ.get) -> str | None:

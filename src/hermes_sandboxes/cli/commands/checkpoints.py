@@ -110,13 +110,16 @@ def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str
 
 @checkpoint.command(name="list")
 @click.argument("name")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also the checkpoints the service made by itself (Sprites' automatic ones) and the "
+                   "agent framework's own commands.")
 @json_option
 @click.pass_obj
-def list_checkpoints(workspace: Workspace, name: str, as_json: bool) -> None:
+def list_checkpoints(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
     """NAME's checkpoints, newest first, with their story."""
     ui = Ui()
     session = _session(workspace, name)
-    taken = list(reversed(session.checkpoints()))
+    taken = list(reversed(session.checkpoints(include_internal=show_all)))
     if as_json:
         ui.json([c.to_dict() for c in taken])
         return
