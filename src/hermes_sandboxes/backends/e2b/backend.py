@@ -154,8 +154,8 @@ class E2BBackend(Backend):
 
     def lease(self, ephemeral: bool) -> int:
         if ephemeral:  # an idle ephemeral sandbox must outlive the reaper that cleans it up
-            return self.settings.lease_seconds + EPHEMERAL_FLOOR_S
-        return self.settings.lease_seconds
+            return self.settings.lease + EPHEMERAL_FLOOR_S
+        return self.settings.lease
 
     # the contract --------------------------------------------------------------------------------
     def check_spec(self, spec: SandboxSpec) -> None:
@@ -165,9 +165,10 @@ class E2BBackend(Backend):
         super().check_spec(spec)
         if spec.network == "proxy":
             egress_rules(spec.allow)
-        if spec.idle_timeout is not None:
-            raise Unsupported("the e2b backend takes its lease from the setting lease_seconds, not from "
-                              "the spec's idle_timeout")
+        if spec.idle_timeout is not None and spec.idle_timeout != self.settings.idle_timeout:
+            raise Unsupported(f"on E2B the idle timeout is the lease of the backend's settings (now "
+                              f"{self.settings.lease} s); set idle_timeout there (e.g. -o idle_timeout=30m), "
+                              "not per sandbox")
         for key, value in spec.labels.items():
             if not isinstance(key, str) or not key or not isinstance(value, str):
                 raise InvalidInput(f"label {key!r}: E2B metadata takes non-empty text keys and text values")

@@ -8,6 +8,7 @@ YAML rules every backend shares).
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -52,8 +53,22 @@ class E2BSettings(BackendSettings):
         """The posture the settings ask for: the backend reads a spec's network as internet access,
         so the default spec (no network) would silently deny it."""
         if self.allow is not None:
-            return SandboxSpec(network="proxy", allow=self.allow)
-        return SandboxSpec(network="host" if self.allow_internet_access else "none")
+            return SandboxSpec(network="proxy", allow=self.allow, idle_timeout=self.idle_timeout)
+        return SandboxSpec(network="host" if self.allow_internet_access else "none", idle_timeout=self.idle_timeout)
+
+    @property
+    def lease(self) -> int:
+        """The baseline lease: ``idle_timeout`` where set (on E2B an idle timeout is the lease: the
+        service pauses a sandbox whose lease ran out, files kept, and the next command resumes it),
+        else ``lease_seconds``."""
+        return math.ceil(self.idle_timeout) if self.idle_timeout is not None else self.lease_seconds
+
+    @field_validator("idle_timeout", mode="after")
+    @classmethod
+    def _idle_lease(cls, value: float | None) -> float | None:
+        if value is not None and value > MAX_LEASE_SECONDS:
+            raise ValueError(f"{value:g} s is longer than E2B's longest lease ({MAX_LEASE_SECONDS} s)")
+        return value
 
     @field_validator("allow", mode="before")
     @classmethod

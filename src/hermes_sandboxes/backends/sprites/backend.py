@@ -29,7 +29,7 @@ import httpx
 
 from hermes_sandboxes.backends.sprites.api import API
 from hermes_sandboxes.backends.sprites.sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
-from hermes_sandboxes.backends.sprites.settings import SpritesSettings, find_token
+from hermes_sandboxes.backends.sprites.settings import IDLE_REFUSAL, SpritesSettings, find_token
 from hermes_sandboxes.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -103,7 +103,7 @@ class SpritesBackend(Backend):
         if spec.limits.cpus is not None and spec.limits.cpus != int(spec.limits.cpus):
             raise InvalidInput(f"Sprites take a whole number of CPUs, got {spec.limits.cpus:g}")
         if spec.idle_timeout is not None:
-            raise Unsupported("Sprites pause idle VMs by themselves; an idle timeout cannot be set")
+            raise Unsupported(f"idle_timeout: {IDLE_REFUSAL}")
         if spec.image is not None:
             raise Unsupported(f"Sprites have one base image (the service's, upgraded by it); image {spec.image!r} "
                               "cannot be chosen: install what you need in the Sprite and checkpoint it")

@@ -30,6 +30,10 @@ CREATE_WAIT_S = 240.0  # inside Hermes's 420 s terminal deadline
 GIB = 1 << 30
 
 
+IDLE_REFUSAL = ("Sprites sleep by themselves when idle (warm after about 30 s without activity, later cold; "
+                "files kept, the next command wakes the Sprite): no other idle timeout can be set, remove it")
+
+
 class SpritesSettings(BackendSettings):
     """``image``: refused (see above). ``max_cpus`` 1-128, ``max_ram_gb`` and ``max_disk_gb`` 1-1024: the size of
     new Sprites, unset the service's default. ``api_url``: else $SPRITES_API_URL, else the public
@@ -42,6 +46,11 @@ class SpritesSettings(BackendSettings):
     max_disk_gb: int | None = None
     api_url: str | None = None
     create_wait_s: float = CREATE_WAIT_S
+
+    @field_validator("idle_timeout", mode="before")
+    @classmethod
+    def _no_idle_timeout(cls, value: object) -> float:
+        raise ValueError(IDLE_REFUSAL)
 
     @field_validator("image", mode="before")
     @classmethod

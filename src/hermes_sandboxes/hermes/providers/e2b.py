@@ -34,7 +34,8 @@ class E2BProvider(SandboxProvider):
     setup_text = (
         "Install the SDK in Hermes's Python: pip install -e '/path/to/checkout[hermes,e2b]'.",
         "Put E2B_API_KEY=... in the profile's .env; E2B_API_URL, E2B_SANDBOX_URL and E2B_DOMAIN are honoured.",
-        "Optional settings: template, cwd, lease_seconds, command_grace_seconds, allow_internet_access, "
+        "Optional settings: template, cwd, lease_seconds (or idle_timeout, which is the lease), command_grace_seconds, "
+        "allow_internet_access, "
         "allow (an egress allow-list), secure, metadata, auto_checkpoint, retention, credentials.",
     )
 

@@ -19,7 +19,8 @@ class LocalProvider(SandboxProvider):
         "(default /var/lib/hermes-sandboxes).",
         "Optional settings: name_prefix, scope (session|instance), network (none|loopback|host|proxy), allow, "
         "memory (e.g. 2G), pids, cpus, base, masks, home, auto_checkpoint (off|risky|always), retention, "
-        "protected_paths, health_command, credentials (program: SECRET_NAME).",
+        "protected_paths, health_command, idle_timeout (e.g. 30m: stop an idle sandbox; the next command starts "
+        "it again), credentials (program: SECRET_NAME).",
         "Commands have no network by default; set network: host to allow package installs.",
     )
 
