@@ -3,6 +3,7 @@ undo note reaching the agent's next turn in a real ``hermes chat -q``."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -137,3 +138,38 @@ def test_undo_from_the_chat_resyncs_a_live_session_and_fork_leaves_it_alone(herm
 
     env = hermes.env()
     assert conversation.take_note(env.recorded) is not None, "the note waits for the agent's next turn"
+
+
+@contextlib.contextmanager
+def _gateway_chat(key: str) -> Iterator[None]:
+    """What a gateway binds before a message's plugin command or agent turn (run_inbound.py)."""
+    from gateway.session_context import clear_session_vars, set_session_vars
+
+    tokens = set_session_vars(platform="telegram", session_key=key, chat_id=key)
+    try:
+        yield
+    finally:
+        clear_session_vars(tokens)
+
+
+def test_in_a_gateway_each_chat_acts_on_its_own_sessions_sandbox(hermes: HermesHarness) -> None:
+    slash = _slash()
+    names = {}
+    for key in ("agent:main:telegram:dm:1", "agent:main:telegram:dm:2"):
+        with _gateway_chat(key):
+            hermes.run(f"echo {key[-1]} > /root/who", task_id=f"turn-{key[-1]}")
+            names[key] = hermes.env(f"turn-{key[-1]}").sandbox_name
+            taken = slash(f"checkpoint chat {key[-1]}")
+            assert names[key] in taken, taken
+    assert len(set(names.values())) == 2, "a session of its own per chat"
+    with _gateway_chat("agent:main:telegram:dm:1"):
+        listed = slash("checkpoints")
+        assert names["agent:main:telegram:dm:1"] in listed and "chat 1" in listed and "chat 2" not in listed
+        hermes.run("echo changed > /root/who", task_id="turn-1")
+        cp = PREVIEW_ID.search(slash("undo"))
+        assert cp, "the chat's own checkpoint is its undo point"
+        assert slash(f"undo {cp.group(1)} --yes").startswith("Undone:")
+        assert hermes.run("cat /root/who", task_id="turn-1")["output"].strip() == "1"
+    with _gateway_chat("agent:main:telegram:dm:2"):
+        assert hermes.run("cat /root/who", task_id="turn-2")["output"].strip() == "2"
+        assert "chat 2" in slash("")
