@@ -7,6 +7,7 @@ SIGKILL, which no cleanup code can intercept.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +78,16 @@ def test_a_launcher_whose_caller_goes_away_starts_nothing_and_the_fork_server_en
     assert server.process.wait(30) == 0
 
 
+def _ns_pids(pid: int) -> list[int]:
+    """The pid of ``pid`` in each pid namespace it is in, the host's first ([] once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return []
+    line = next((line for line in status.splitlines() if line.startswith("NSpid:")), "NSpid:")
+    return [int(n) for n in line.split()[1:]]
+
+
 def test_an_init_whose_starter_was_killed_before_recording_it_is_killed_by_the_next_start(
         sb: LocalSandbox) -> None:
     """The init runs, but the process that started it died before writing its record: nothing
@@ -85,11 +96,15 @@ def test_an_init_whose_starter_was_killed_before_recording_it_is_killed_by_the_n
     groups = cgroups.for_sandbox(sb.backend.home, sb.name)
     found: list[int] = []
 
-    def the_unrecorded_init() -> list[int]:
+    def members() -> list[int]:
         return [p for box in cgroups.BOXES for p in cgroups.procs(groups.with_box(box).freezer)]
 
-    def running_unrecorded() -> None:  # its launcher leaves the box as it exits: the init stays
-        wait_for(lambda: len(the_unrecorded_init()) == 1, "the launcher to exit")
+    def the_unrecorded_init() -> list[int]:  # PID 1 of its own namespace (a stub it forked is not)
+        return [p for p in members() if _ns_pids(p)[1:] == [1]]
+
+    def running_unrecorded() -> None:  # its launcher (in the host's pid namespace alone) leaves the box
+        wait_for(lambda: len(the_unrecorded_init()) == 1 and all(len(_ns_pids(p)) > 1 for p in members()),
+                 "the launcher to exit")
         found.extend(the_unrecorded_init())
 
     killed_at("start-unrecorded", sb, "sb.exec(['true'])", running_unrecorded)
