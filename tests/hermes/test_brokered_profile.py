@@ -25,14 +25,21 @@ AUTH = 'curl -sS -m 10 -H "Authorization: Bearer $GITHUB_TOKEN"'
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[egress_kit.Server]:
-    with egress_kit.serve(tmp_path_factory.mktemp("site"), SECRET) as running:
+def upstream_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return egress_kit.self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, upstream_cert: tuple[Path, Path]) -> Iterator[egress_kit.Server]:
+    """An HTTPS server (a brokered secret goes over TLS only), trusted by the proxy through upstream_ca."""
+    with egress_kit.serve(tmp_path_factory.mktemp("site"), SECRET, tls=upstream_cert) as running:
         yield running
 
 
 def _broker(hermes: HermesHarness, server: egress_kit.Server) -> None:
     entry = f"127.0.0.1:{server.port}"
-    hermes.configure(network="proxy", allow=[entry], brokered={"GITHUB_TOKEN": {"env": VAR, "hosts": [entry]}})
+    hermes.configure(network="proxy", allow=[entry], brokered={"GITHUB_TOKEN": {"env": VAR, "hosts": [entry]}},
+                     upstream_ca=server.tls_cert)
 
 
 def _nowhere_on_the_host(hermes: HermesHarness) -> None:

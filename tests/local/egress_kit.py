@@ -1,7 +1,12 @@
 """Loopback servers on the host for the egress tests: plain HTTP and HTTPS (self-signed), each
 serving a directory and an ``/auth`` endpoint that says whether the expected secret arrived (never
 echoing what it received, so the sandbox cannot learn the secret from the answer); and a site with
-a pip simple index and a bare git repository, served by ``python3 -m http.server``."""
+a pip simple index and a bare git repository, served by ``python3 -m http.server``.
+
+They also play what an attacker would point a brokered secret at: ``/echo`` answers every request
+header it got (an endpoint that reflects a header), and a request whose target is a URL is routed
+to that URL's virtual host, as a front server that routes by the target does. Every request head a
+server got is kept in ``Server.seen``."""
 
 from __future__ import annotations
 
@@ -68,12 +73,21 @@ def http_server_process(directory: Path) -> Iterator[int]:
         proc.wait()
 
 
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    target: str
+    headers: tuple[tuple[str, str], ...]
+
+
 @dataclass
 class Server:
     port: int
     scheme: str
     seen_auth: list[str] = field(default_factory=list)  # Authorization headers that arrived
     requests: list[str] = field(default_factory=list)  # paths asked for
+    seen: list[Seen] = field(default_factory=list)  # every request head that arrived, any method
+    tls_cert: str = ""  # the certificate an HTTPS server presents (what a client must trust)
 
     @property
     def url(self) -> str:
@@ -84,16 +98,31 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     server_record: Server
     expected: str
 
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:
+            self.server_record.seen.append(Seen(self.command, self.path, tuple(self.headers.items())))
+        return parsed
+
+    def _answer(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_GET(self) -> None:
         self.server_record.requests.append(self.path)
+        auth = self.headers.get("Authorization", "")
+        arrived = self.expected in auth or _basic_has(auth, self.expected)
+        if "://" in self.path:  # another virtual host, named by the target
+            self._answer(b"routed-elsewhere " + (b"secret-arrived\n" if arrived else b"no-secret\n"))
+            return
+        if self.path.startswith("/echo"):
+            self._answer("".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode())
+            return
         if self.path.startswith("/auth"):
-            auth = self.headers.get("Authorization", "")
             self.server_record.seen_auth.append(auth)
-            body = b"secret-arrived\n" if self.expected in auth or _basic_has(auth, self.expected) else b"no-secret\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self._answer(b"secret-arrived\n" if arrived else b"no-secret\n")
             return
         super().do_GET()
 
@@ -156,7 +185,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 
 @contextmanager
 def serve(directory: Path, expected_secret: str, tls: tuple[Path, Path] | None = None) -> Iterator[Server]:
-    record = Server(0, "https" if tls else "http")
+    record = Server(0, "https" if tls else "http", tls_cert=str(tls[0]) if tls else "")
     handler = type("Handler", (_Handler,), {"server_record": record, "expected": expected_secret})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(directory)))
     server.daemon_threads = True

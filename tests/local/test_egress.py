@@ -298,21 +298,23 @@ def brokered(broker_backend: LocalBackend, http_a: egress_kit.Server, http_b: eg
 def test_the_placeholder_becomes_the_secret_for_the_credential_s_hosts_only(
         broker_backend: LocalBackend, brokered: LocalSandbox, http_a: egress_kit.Server,
         https_a: egress_kit.Server, http_b: egress_kit.Server, https_b: egress_kit.Server) -> None:
-    for server in (http_a, https_a):  # HTTPS: the proxy's CA is trusted through SSL_CERT_FILE
-        got = sh(brokered, f'{CURL} -H "Authorization: Bearer $GITHUB_TOKEN" {server.url}/auth')
-        assert got.stdout == "secret-arrived\n", server.url
-        basic = sh(brokered, f'{CURL} -u "x-access-token:$GITHUB_TOKEN" {server.url}/auth')
-        assert basic.stdout == "secret-arrived\n", server.url
+    # the proxy's CA is trusted through SSL_CERT_FILE
+    got = sh(brokered, f'{CURL} -H "Authorization: Bearer $GITHUB_TOKEN" {https_a.url}/auth')
+    assert got.stdout == "secret-arrived\n"
+    basic = sh(brokered, f'{CURL} -u "x-access-token:$GITHUB_TOKEN" {https_a.url}/auth')
+    assert basic.stdout == "secret-arrived\n"
+    before = len(http_a.seen_auth)
+    cleartext = brokered.exec(f'{CURL} -u "x-access-token:$GITHUB_TOKEN" {http_a.url}/auth')
+    assert cleartext.exit_code == 22 and "403" in cleartext.stderr  # the secret goes over TLS only
+    assert len(http_a.seen_auth) == before
     for server in (http_b, https_b):
         before = len(server.seen_auth)
         refused = brokered.exec(f'{CURL} -H "Authorization: Bearer $GITHUB_TOKEN" {server.url}/auth')
         assert refused.exit_code == 22 and "403" in refused.stderr, (server.url, refused.stderr)
         assert len(server.seen_auth) == before
         assert sh(brokered, f"{CURL} {server.url}/auth").stdout == "no-secret\n"  # the host itself is allowed
-    for server in (http_a, https_a):
-        port = server.port
-        wait_for(lambda: any(r.port == port and r.credential == "GITHUB_TOKEN"  # noqa: B023  (used at once)
-                             for r in audit(broker_backend, brokered)), "the credential's audit record")
+    wait_for(lambda: any(r.port == https_a.port and r.credential == "GITHUB_TOKEN"
+                         for r in audit(broker_backend, brokered)), "the credential's audit record")
     assert not any(r.credential for r in audit(broker_backend, brokered) if r.port in (http_b.port, https_b.port))
 
 
@@ -349,42 +351,45 @@ def test_the_ca_key_stays_on_the_host(broker_backend: LocalBackend, brokered: Lo
     assert "PRIVATE KEY" not in sh(brokered, "cat /dev/hermes-egress/*.pem").stdout
 
 
-def test_a_credential_from_a_host_file_is_brokered_and_its_file_hidden(http_a: egress_kit.Server) -> None:
+def test_a_credential_from_a_host_file_is_brokered_and_its_file_hidden(
+        https_a: egress_kit.Server, upstream_cert: tuple[Path, Path]) -> None:
     directory = Path(tempfile.mkdtemp(prefix="hsb-egress-cred-", dir="/srv"))
     try:
         token_file = directory / "token"
         token_file.write_text(SECRET + "\n")
-        credential = BrokeredCredential(name="API_TOKEN", file=str(token_file), hosts=(f"127.0.0.1:{http_a.port}",))
-        with temp_backend(store="copy", credentials=[credential]) as backend, \
-                new_sandbox(backend, SandboxSpec(network="proxy", allow=(f"127.0.0.1:{http_a.port}",))) as sb:
+        credential = BrokeredCredential(name="API_TOKEN", file=str(token_file), hosts=(f"127.0.0.1:{https_a.port}",))
+        with temp_backend(store="copy", credentials=[credential], upstream_ca=str(upstream_cert[0])) as backend, \
+                new_sandbox(backend, SandboxSpec(network="proxy", allow=(f"127.0.0.1:{https_a.port}",))) as sb:
             hidden = sb.exec(f"cat {token_file}")
             assert hidden.exit_code != 0 and SECRET not in hidden.stdout
-            got = sh(sb, f'{CURL} -H "Authorization: token $API_TOKEN" {http_a.url}/auth')
+            got = sh(sb, f'{CURL} -H "Authorization: token $API_TOKEN" {https_a.url}/auth')
             assert got.stdout == "secret-arrived\n"
     finally:
         shutil.rmtree(directory)
 
 
 def test_the_cli_creates_a_proxy_sandbox_with_allow_and_a_brokered_credential_from_its_config(
-        tmp_path: Path, http_a: egress_kit.Server, http_b: egress_kit.Server) -> None:
+        tmp_path: Path, https_a: egress_kit.Server, https_b: egress_kit.Server,
+        upstream_cert: tuple[Path, Path]) -> None:
     home = temp_home()
     config = tmp_path / "config.toml"
     config.write_text(f"""
 [local]
 home = "{home}"
+upstream_ca = "{upstream_cert[0]}"
 [local.brokered.API_TOKEN]
 env = "{SECRET_VAR}"
-hosts = ["127.0.0.1:{http_a.port}"]
+hosts = ["127.0.0.1:{https_a.port}"]
 """)
     name = fresh_name()
     env = {SECRET_VAR: SECRET}
     try:
         ok(home, "--config", str(config), "create", name, "--network", "proxy",
-           "--allow", f"127.0.0.1:{http_a.port}", "--allow", f"127.0.0.1:{http_b.port}", env=env)
+           "--allow", f"127.0.0.1:{https_a.port}", "--allow", f"127.0.0.1:{https_b.port}", env=env)
         auth = '-H "Authorization: Bearer $API_TOKEN"'
-        got = ok(home, "--config", str(config), "exec", name, "--", f"{CURL} {auth} {http_a.url}/auth", env=env)
+        got = ok(home, "--config", str(config), "exec", name, "--", f"{CURL} {auth} {https_a.url}/auth", env=env)
         assert got.stdout == "secret-arrived\n"
-        refused = hs(home, "--config", str(config), "exec", name, "--", f"{CURL} {auth} {http_b.url}/auth", env=env)
+        refused = hs(home, "--config", str(config), "exec", name, "--", f"{CURL} {auth} {https_b.url}/auth", env=env)
         assert refused.exit_code == 22 and "403" in refused.stderr
     finally:
         teardown_backend(LocalBackend(home))

@@ -66,23 +66,30 @@ def _broker() -> Broker:
     return Broker([{"name": "TOKEN", "hosts": ["api.example.com"], "placeholder": "PH-123"}], {"TOKEN": "s3cret"})
 
 
-def test_the_broker_swaps_bearer_and_basic_placeholders_for_its_hosts() -> None:
+def test_the_broker_swaps_bearer_and_basic_placeholders_for_its_hosts_in_the_headers_it_names() -> None:
     basic = base64.b64encode(b"user:PH-123").decode()
     head = RequestHead("GET", "/", "HTTP/1.1", [("Authorization", "Bearer PH-123"), ("X-Other", f"Basic {basic}")])
-    assert _broker().apply("api.example.com", 443, head) == "TOKEN"
+    assert _broker().apply("api.example.com", 443, head, tls=True) == "TOKEN"
     assert head.headers[0] == ("Authorization", "Bearer s3cret")
-    assert base64.b64decode(head.headers[1][1].split()[1]) == b"user:s3cret"
+    assert head.headers[1] == ("X-Other", f"Basic {basic}")  # not a header the credential names
+    basic_auth = RequestHead("GET", "/", "HTTP/1.1", [("Authorization", f"Basic {basic}")])
+    assert _broker().apply("api.example.com", 443, basic_auth, tls=True) == "TOKEN"
+    assert base64.b64decode(basic_auth.headers[0][1].split()[1]) == b"user:s3cret"
 
 
-def test_the_broker_refuses_a_placeholder_sent_anywhere_else() -> None:
+def test_the_broker_refuses_a_placeholder_sent_anywhere_else_or_in_cleartext() -> None:
     from hermes_sandboxes.egress.broker import Refused
 
     with pytest.raises(Refused):
-        _broker().apply("evil.example.net", 443, RequestHead("GET", "/", "HTTP/1.1", [("X-Token", "PH-123")]))
+        _broker().apply("evil.example.net", 443, RequestHead("GET", "/", "HTTP/1.1", [("X-Token", "PH-123")]),
+                        tls=True)
     with pytest.raises(Refused):
-        _broker().apply("evil.example.net", 443, RequestHead("GET", "/?t=PH-123", "HTTP/1.1", []))
+        _broker().apply("evil.example.net", 443, RequestHead("GET", "/?t=PH-123", "HTTP/1.1", []), tls=True)
+    with pytest.raises(Refused, match="TLS"):
+        _broker().apply("api.example.com", 80, RequestHead("GET", "/", "HTTP/1.1", [("Authorization", "PH-123")]),
+                        tls=False)
     plain = RequestHead("GET", "/", "HTTP/1.1", [("Accept", "*/*")])
-    assert _broker().apply("evil.example.net", 443, plain) is None
+    assert _broker().apply("evil.example.net", 443, plain, tls=True) is None
 
 
 def test_a_credential_needs_one_value_source_and_hosts() -> None:

@@ -3,10 +3,15 @@
 A ``BrokeredCredential`` names the variable a tool reads (``GITHUB_TOKEN``), where the real value
 lives on the host (an environment variable or a file, never a literal in a settings file) and the
 hosts it is for. Commands in the sandbox get a placeholder in that variable. The proxy looks for
-placeholders in each request's headers (``Authorization: Basic`` is decoded, so a token used as a
+placeholders in each request's head (``Authorization: Basic`` is decoded, so a token used as a
 git password is found too):
 
-- on a connection to one of the credential's hosts, the placeholder is replaced by the secret;
+- on a TLS connection to one of the credential's hosts, the placeholder is replaced by the secret
+  in the headers the credential names (``Authorization`` unless it says otherwise), and only there:
+  a placeholder in any other header (``User-Agent``, a header an endpoint echoes) or in the URL
+  stays the placeholder;
+- on a plain-HTTP connection to one of its hosts, a request with the placeholder in one of those
+  headers is refused: the secret never travels in cleartext;
 - on any other connection, a request that carries a placeholder anywhere in its head (URL
   included) is refused, so a tool cannot be talked into sending it elsewhere.
 
@@ -33,6 +38,8 @@ from hermes_sandboxes.errors import InvalidInput
 
 SecretLookup = Callable[[str], str | None]  # a variable's name -> its value, None when unset or unknowable
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_HEADER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+DEFAULT_HEADERS = ("Authorization",)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class BrokeredCredential:
     hosts: tuple[str, ...]  # allow-list syntax: names, *.domains, addresses, optional ports
     env: str | None = None  # the host environment variable holding the value
     file: str | None = None  # or the host file holding it (surrounding whitespace dropped)
+    headers: tuple[str, ...] = DEFAULT_HEADERS  # the request headers the secret may be put into
 
     def __post_init__(self) -> None:
         if not _VARIABLE.match(self.name):
@@ -55,6 +63,10 @@ class BrokeredCredential:
             raise InvalidInput(f"credential {self.name}: env {self.env!r} is not a variable name")
         if self.file is not None and not os.path.isabs(self.file):
             raise InvalidInput(f"credential {self.name}: file {self.file!r} must be an absolute path")
+        if not self.headers or not all(isinstance(h, str) and _HEADER.match(h) for h in self.headers):
+            raise InvalidInput(f"credential {self.name}: headers must be a non-empty list of header names")
+        if any(h.lower() == "host" or h.lower().startswith("proxy-") for h in self.headers):
+            raise InvalidInput(f"credential {self.name}: headers may not name Host or Proxy-* headers")
 
     def load(self, lookup: SecretLookup | None = None) -> str | None:
         """The secret from its source on the host, or None when that source is empty or missing.
@@ -69,7 +81,8 @@ class BrokeredCredential:
 
     def describe(self) -> dict[str, object]:
         """Where the value comes from, never the value (what host-side records keep)."""
-        return {"name": self.name, "hosts": list(self.hosts), "env": self.env, "file": self.file}
+        return {"name": self.name, "hosts": list(self.hosts), "env": self.env, "file": self.file,
+                "headers": list(self.headers)}
 
 
 def new_placeholder(name: str) -> str:
@@ -78,7 +91,7 @@ def new_placeholder(name: str) -> str:
 
 
 class Refused(Exception):
-    """A request carries a placeholder to a host its credential is not for."""
+    """A request carries a placeholder to a host its credential is not for, or in cleartext."""
 
 
 @dataclass(frozen=True)
@@ -87,16 +100,19 @@ class _Entry:
     placeholder: str
     secret: str | None
     hosts: AllowList
+    headers: frozenset[str]  # lower-case names of the headers the secret may go into
 
 
 class Broker:
     """Swaps placeholders for secrets in request heads, for the hosts each credential names."""
 
     def __init__(self, credentials: Sequence[Mapping[str, Any]], secrets: Mapping[str, str]) -> None:
-        """``credentials``: dicts with name, hosts and placeholder; ``secrets``: name -> value."""
+        """``credentials``: dicts with name, hosts, placeholder and headers (default Authorization);
+        ``secrets``: name -> value."""
         self._entries = [
             _Entry(str(c["name"]), str(c["placeholder"]), secrets.get(str(c["name"])),
-                   AllowList([str(h) for h in c["hosts"]]))
+                   AllowList([str(h) for h in c["hosts"]]),
+                   frozenset(str(h).lower() for h in c.get("headers") or DEFAULT_HEADERS))
             for c in credentials
         ]
 
@@ -116,22 +132,27 @@ class Broker:
                                                rule.network is not None and address in rule.network)
                    for rule in entry.hosts.rules)
 
-    def apply(self, host: str, port: int, head: RequestHead) -> str | None:
-        """Rewrite ``head`` in place for ``host:port``; the credential used, if any. Raises Refused."""
+    def apply(self, host: str, port: int, head: RequestHead, *, tls: bool) -> str | None:
+        """Rewrite ``head`` in place for ``host:port`` (``tls``: the connection to the server is
+        encrypted); the credential used, if any. Raises Refused."""
         used: str | None = None
         for entry in self._entries:
             in_target = entry.placeholder in head.target
-            in_headers = any(entry.placeholder in _visible(v) for _, v in head.headers)
-            if not (in_target or in_headers):
+            named = [k.lower() in entry.headers and entry.placeholder in _visible(v) for k, v in head.headers]
+            if not (in_target or any(named) or any(entry.placeholder in _visible(v) for _, v in head.headers)):
                 continue
             if not self._for_host(entry, host, port):
                 raise Refused(f"the request carries the placeholder of credential {entry.name}, "
                               f"which is not for {host}:{port}")
-            if in_headers:
-                if entry.secret is None:
-                    raise Refused(f"credential {entry.name} has no value on the host (its source is unset)")
-                head.headers = [(k, _swap(v, entry.placeholder, entry.secret)) for k, v in head.headers]
-                used = entry.name
+            if not any(named):
+                continue  # only where the credential says: elsewhere it stays the placeholder
+            if not tls:
+                raise Refused(f"credential {entry.name} is sent over TLS only: use https://")
+            if entry.secret is None:
+                raise Refused(f"credential {entry.name} has no value on the host (its source is unset)")
+            head.headers = [(k, _swap(v, entry.placeholder, entry.secret) if swap else v)
+                            for (k, v), swap in zip(head.headers, named, strict=True)]
+            used = entry.name
         return used
 
 

@@ -7,6 +7,7 @@ server closes it: no chunked decoding, no pipelining, nothing to get out of step
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -15,10 +16,20 @@ MAX_HEAD = 64 * 1024
 # Headers that belong to one hop (RFC 9110 section 7.6.1), never passed on.
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                          "proxy-authenticate", "te", "trailer", "upgrade"})
+# Headers a front server (a CDN, a reverse proxy) may route by instead of Host: set by proxies, never
+# by a client, and a way to name another virtual host than the one checked, so never passed on.
+_ROUTING = frozenset({"forwarded", "x-forwarded-host", "x-forwarded-server", "x-host", "x-original-host",
+                      "x-http-host-override", "x-original-url", "x-rewrite-url"})
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # a header name (RFC 9110 section 5.6.2)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # CR, LF, NUL...: a second line a server may see
 
 
 class BadRequest(Exception):
     """The client sent something that is not an HTTP/1.x request head we can forward."""
+
+
+class OtherAuthority(BadRequest):
+    """The request names another host (or port) than the one its connection was checked for."""
 
 
 @dataclass
@@ -35,7 +46,7 @@ class RequestHead:
 
     def for_origin(self, path: str) -> RequestHead:
         """This request as sent to the origin server: origin-form target, one request, no proxy headers."""
-        headers = [(k, v) for k, v in self.headers if k.lower() not in _HOP_BY_HOP]
+        headers = [(k, v) for k, v in self.headers if k.lower() not in _HOP_BY_HOP | _ROUTING]
         return RequestHead(self.method, path, self.version, [*headers, ("Connection", "close")])
 
 
@@ -55,14 +66,15 @@ def read_head(sock: socket.socket) -> tuple[RequestHead, bytes]:
     text = buf[:end].decode("latin-1")
     request_line, *header_lines = text.split("\r\n")
     parts = request_line.split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or _CONTROL.search(request_line):
         raise BadRequest("not an HTTP/1.x request line")
     headers = []
     for line in header_lines:
         name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
+        # a lone LF or CR would end the line for many servers: the rest a header nobody checked
+        if not sep or not _TOKEN.match(name) or _CONTROL.search(value):
             raise BadRequest("malformed header line")
-        headers.append((name, value.strip()))
+        headers.append((name, value.strip(" \t")))
     return RequestHead(parts[0], parts[1], parts[2], headers), buf[end + 4:]
 
 
@@ -82,7 +94,10 @@ def split_authority(authority: str, default_port: int) -> tuple[str, int]:
 
 def absolute_target(target: str) -> tuple[str, int, str]:
     """(host, port, origin-form path) of a forward proxy's ``http://host[:port]/path`` target."""
-    url = urlsplit(target)
+    try:
+        url = urlsplit(target)
+    except ValueError:
+        raise BadRequest("the request target is not a URL") from None
     if url.scheme != "http" or not url.netloc:
         raise BadRequest("only http:// URLs are forwarded; use CONNECT (https_proxy) for https")
     if "@" in url.netloc:
@@ -90,6 +105,24 @@ def absolute_target(target: str) -> tuple[str, int, str]:
     host, port = split_authority(url.netloc, 80)
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
     return host, port, path
+
+
+def request_path(target: str, host: str, port: int) -> str:
+    """The origin-form path of a request on a connection to ``host:port`` (an intercepted tunnel):
+    the target itself when it is a path (or ``*``), the path of an absolute target naming that very
+    host and port. OtherAuthority for any other target (another host or port, userinfo, an
+    authority-form target): the server might route by it, past the host that was checked."""
+    if target.startswith("/") or target == "*":
+        return target
+    try:
+        url = urlsplit(target)
+        named, named_port = split_authority(url.netloc.lower(), 443 if url.scheme == "https" else 80)
+    except (ValueError, BadRequest):
+        raise OtherAuthority("the request target is neither a path nor a URL of this host") from None
+    if (url.scheme not in ("http", "https") or "@" in url.netloc or named.strip("[]") != host.lower().strip("[]")
+            or named_port != port):
+        raise OtherAuthority(f"the request target names another host than {host}:{port}")
+    return (url.path or "/") + (f"?{url.query}" if url.query else "")
 
 
 def error_response(status: int, reason: str, message: str) -> bytes:

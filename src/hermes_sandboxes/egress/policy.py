@@ -89,6 +89,16 @@ def normalise_host(host: str) -> str:
     return text
 
 
+def canonical_host(host: str) -> str:
+    """One spelling per host, never failing: lower case, no brackets or trailing dots, an address in
+    its canonical form (an IPv4-mapped IPv6 address as the IPv4 one). What per-host caches key on."""
+    name = host.strip().strip("[]").lower().rstrip(".")
+    address = _address(name)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return name if address is None else str(address)
+
+
 def _address(text: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(text)

@@ -15,9 +15,10 @@ with a certificate from the store's CA, reads the request head, swaps or refuses
 broker.py) and talks TLS to the real server, verifying its certificate as any client would.
 Without credentials a tunnel is passed through untouched.
 
-Every connection, allowed or refused, leaves one record in the audit journal given to the proxy:
-host, port, verdict, reason, byte counts and the name of a credential used; never a payload, a
-path or a header.
+Every connection, allowed or refused, is recorded in the audit journal given to the proxy: host,
+port, verdict, reason, byte counts and the name of a credential used; never a payload, a path or a
+header. What comes from inside is clipped, and bursts of like records become one with a count
+(auditlimit.py): a sandbox cannot fill the host's disk through its log.
 """
 
 from __future__ import annotations
@@ -25,22 +26,25 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hermes_sandboxes.egress import relay
+from hermes_sandboxes.egress.auditlimit import AuditLimiter, LogBudget
 from hermes_sandboxes.egress.broker import Broker, Refused
 from hermes_sandboxes.egress.http import (
     BadRequest,
+    OtherAuthority,
     RequestHead,
     absolute_target,
     error_response,
     read_head,
+    request_path,
     split_authority,
 )
-from hermes_sandboxes.egress.policy import AllowList, IPAddress
+from hermes_sandboxes.egress.policy import AllowList, IPAddress, canonical_host
 from hermes_sandboxes.recorder.journal import EgressRecord, Journal
 
 if TYPE_CHECKING:
@@ -66,6 +70,8 @@ class EgressProxy:
                  upstream_tls: ssl.SSLContext | None = None) -> None:
         self.sandbox = sandbox
         self.audit = audit
+        self.limiter = AuditLimiter(self._append)
+        self.log = LogBudget()
         self.allow = allow  # called per connection: a changed list applies to the next one
         self.broker = broker or Broker([], {})
         self.authority = authority
@@ -76,6 +82,7 @@ class EgressProxy:
     def serve(self, listener: socket.socket) -> None:
         """Accept connections forever, each on its own thread, at most MAX_CONNECTIONS at once."""
         slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        threading.Thread(target=self._ticks, daemon=True).start()
 
         def run(conn: socket.socket) -> None:
             try:
@@ -107,6 +114,10 @@ class EgressProxy:
             _send_quietly(conn, error_response(400, "Bad Request", str(exc)))
         except (OSError, ssl.SSLError) as exc:
             tally.reason = tally.reason or f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # input nothing above foresaw: one line in the log, never a traceback
+            tally.reason = tally.reason or f"proxy error: {type(exc).__name__}"
+            self.log.write(f"connection failed: {type(exc).__name__}: {exc}")
+            _send_quietly(conn, error_response(400, "Bad Request", "the proxy could not handle this request"))
         finally:
             conn.close()
             self._record(tally)
@@ -115,13 +126,25 @@ class EgressProxy:
         if not tally.host or tally.recorded:
             return  # nothing was asked for (a probe, or a client that hung up at once), or done
         tally.recorded = True
+        self.limiter.submit(EgressRecord(
+            sandbox=self.sandbox, host=tally.host, port=tally.port,
+            verdict="allowed" if tally.verdict == "allowed" else "refused", reason=tally.reason,
+            bytes_out=tally.bytes_out, bytes_in=tally.bytes_in, credential=tally.credential))
+
+    def _append(self, record: EgressRecord) -> None:
         try:
-            self.audit.append(EgressRecord(
-                sandbox=self.sandbox, host=tally.host, port=tally.port,
-                verdict="allowed" if tally.verdict == "allowed" else "refused", reason=tally.reason,
-                bytes_out=tally.bytes_out, bytes_in=tally.bytes_in, credential=tally.credential))
+            self.audit.append(record)
         except Exception as exc:  # the proxy serves on; its log says the audit is failing
-            sys.stderr.write(f"hermes-sandboxes egress proxy: cannot write the audit log: {exc}\n")
+            self.log.write(f"cannot write the audit log: {exc}")
+
+    def _ticks(self) -> None:
+        """Write aggregated records once their window ends, even when no connection comes."""
+        while True:
+            time.sleep(1.0)
+            try:
+                self.limiter.tick()
+            except Exception as exc:
+                self.log.write(f"audit aggregation failed: {type(exc).__name__}: {exc}")
 
     def _check(self, host: str, port: int, tally: relay.Tally) -> tuple[IPAddress, ...]:
         tally.host, tally.port = host.lower(), port
@@ -144,25 +167,41 @@ class EgressProxy:
             return sock
         raise _Refusal(502, "Bad Gateway", f"cannot connect: {error}")
 
-    def _broker(self, host: str, port: int, head: RequestHead, tally: relay.Tally) -> None:
+    def _broker(self, host: str, port: int, head: RequestHead, tally: relay.Tally, *, tls: bool) -> None:
         """Check the request's Host header, then swap or refuse its placeholders."""
         named = [v for k, v in head.headers if k.lower() == "host"]
-        if len(named) > 1 or (named and _host_of(named[0]) != host.lower().strip("[]")):
+        if len(named) > 1 or (named and _authority_of(named[0], port) != (host.lower().strip("[]"), port)):
             # the server would route by that header (a CDN serving many names): letting it differ from
             # the host checked would let a request reach, and a credential go to, a name not allowed
             tally.verdict = "refused"
             raise _Refusal(403, "Forbidden", f"refused {host}:{port}: the Host header names another host")
+        if not named:  # HTTP/1.0 or a hand-made request: the server gets the host that was checked
+            head.headers.insert(0, ("Host", f"[{host}]:{port}" if ":" in host else f"{host}:{port}"))
         try:
-            tally.credential = self.broker.apply(host, port, head)
+            tally.credential = self.broker.apply(host, port, head, tls=tls)
         except Refused as exc:
             tally.verdict = "refused"
             raise _Refusal(403, "Forbidden", f"refused {host}:{port}: {exc}") from None
+
+    def _inner(self, host: str, port: int, head: RequestHead, tally: relay.Tally) -> RequestHead:
+        """A request read inside an intercepted tunnel, as sent on: origin-form, Host checked and
+        placeholders swapped. A target that names any other authority is refused, not passed on:
+        a server routing by the target would send the request, and its secret, to that host."""
+        try:
+            if head.method == "CONNECT":
+                raise OtherAuthority("CONNECT inside a tunnel")
+            origin = head.for_origin(request_path(head.target, host, port))
+        except OtherAuthority as exc:
+            tally.verdict = "refused"
+            raise _Refusal(403, "Forbidden", f"refused {host}:{port}: {exc}") from None
+        self._broker(host, port, origin, tally, tls=True)
+        return origin
 
     def _forward(self, conn: socket.socket, head: RequestHead, pending: bytes, tally: relay.Tally) -> None:
         host, port, path = absolute_target(head.target)
         addresses = self._check(host, port, tally)
         origin = head.for_origin(path)
-        self._broker(host, port, origin, tally)
+        self._broker(host, port, origin, tally, tls=False)
         upstream = self._dial(addresses, port)
         with upstream:
             relay.exchange(origin, pending, conn, upstream, tally)
@@ -180,23 +219,32 @@ class EgressProxy:
                 relay.tunnel(conn, upstream, tally)
                 return
             assert self.authority is not None
-            client = self.authority.context_for(host.lower()).wrap_socket(conn, server_side=True)
-            server = self.upstream_tls.wrap_socket(upstream, server_hostname=host)
-            inner, rest = read_head(client)
+            name = canonical_host(host)
+            client = self.authority.context_for(name).wrap_socket(conn, server_side=True)
+            server = self.upstream_tls.wrap_socket(upstream, server_hostname=name)
             try:
-                self._broker(host, port, inner, tally)
+                inner, rest = read_head(client)
+            except BadRequest as exc:  # answered inside the tunnel, where the client listens
+                _send_quietly(client, error_response(400, "Bad Request", str(exc)))
+                refusal = _Refusal(400, "Bad Request", f"refused {host}:{port}: bad request: {exc}")
+                refusal.answered = True
+                raise refusal from None
+            try:
+                origin = self._inner(host, port, inner, tally)
             except _Refusal as refusal:
                 _send_quietly(client, error_response(refusal.status, refusal.reason, str(refusal)))
                 refusal.answered = True
                 raise
-            relay.exchange(inner.for_origin(inner.target), rest, client, server, tally)
+            relay.exchange(origin, rest, client, server, tally)
 
 
-def _host_of(value: str) -> str:
+def _authority_of(value: str, default_port: int) -> tuple[str, int] | None:
+    """(host, port) a Host header names, its port defaulting to the connection's; None if unusable."""
     try:
-        return split_authority(value.strip().lower(), 0)[0].strip("[]")
+        host, port = split_authority(value.strip().lower(), default_port)
     except BadRequest:
-        return ""
+        return None
+    return host.strip("[]"), port
 
 
 def _send_quietly(conn: socket.socket, data: bytes) -> None:

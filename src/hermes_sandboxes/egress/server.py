@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hermes_sandboxes.egress.auditlimit import clip
 from hermes_sandboxes.egress.broker import Broker
 from hermes_sandboxes.egress.policy import AllowList
 from hermes_sandboxes.egress.proxy import EgressProxy
@@ -76,8 +77,15 @@ def build(config: dict[str, Any], secrets: dict[str, str]) -> EgressProxy:
                        broker=broker, authority=authority, upstream_tls=upstream)
 
 
+def _one_line(args: threading.ExceptHookArgs) -> None:
+    """What escapes a connection's thread: one clipped line in the log, never a traceback."""
+    sys.stderr.write("hermes-sandboxes egress proxy: a connection thread failed: "
+                     f"{clip(f'{args.exc_type.__name__}: {args.exc_value}', 300)}\n")
+
+
 def main() -> None:
     """``CONFIG FD``: the configuration file and the inherited listening socket's descriptor."""
+    threading.excepthook = _one_line
     config = json.loads(Path(sys.argv[1]).read_text())
     secrets = json.loads(sys.stdin.read() or "{}")
     sys.stdin.close()

@@ -3,8 +3,10 @@
 The CA's private key lives in the store's home (``egress-ca/ca.key``, mode 0600), which every
 sandbox sees masked; only its certificate enters a sandbox, as a trust bundle. The proxy makes a
 short-lived leaf certificate per host on demand (one key per proxy process, kept in memory) and
-keeps the resulting TLS context for the process's life. The certificate work is the
-``cryptography`` package's; nothing here does cryptography by hand.
+keeps the TLS contexts of the hosts used last: a bounded cache, keyed by the host's normal form (lower
+case, no trailing dot, an address in its canonical spelling), so a sandbox that names one host in
+thousands of spellings, or thousands of hosts, costs the host a bounded amount of memory. The
+certificate work is the ``cryptography`` package's; nothing here does cryptography by hand.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import ssl
 import tempfile
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from cryptography import x509
@@ -22,8 +25,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from hermes_sandboxes.egress.policy import canonical_host
+
 _CA_DAYS = 3650
 _LEAF_DAYS = 7
+CACHE_SIZE = 128  # TLS contexts kept (~20 KB each); past that the least recently used goes
 
 
 def _name(common: str) -> x509.Name:
@@ -71,21 +77,34 @@ def ensure_ca(directory: Path) -> bytes:
 
 
 class Authority:
-    """Issues leaf certificates from the CA in ``directory``; thread-safe, cached per host."""
+    """Issues leaf certificates from the CA in ``directory``; thread-safe, cached per normal host name
+    (at most ``CACHE_SIZE``)."""
 
     def __init__(self, directory: Path) -> None:
         self._ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
         self._ca_cert = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
         self._key = ec.generate_private_key(ec.SECP256R1())
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
         self._lock = threading.Lock()
 
     def context_for(self, host: str) -> ssl.SSLContext:
+        name = canonical_host(host)
         with self._lock:
-            context = self._contexts.get(host)
-            if context is None:
-                context = self._contexts[host] = self._make_context(host)
+            context = self._contexts.get(name)
+            if context is not None:
+                self._contexts.move_to_end(name)
+                return context
+        context = self._make_context(name)  # outside the lock: one slow signature blocks no other host
+        with self._lock:
+            self._contexts[name] = context
+            self._contexts.move_to_end(name)
+            while len(self._contexts) > CACHE_SIZE:
+                self._contexts.popitem(last=False)
             return context
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._contexts)
 
     def _leaf(self, host: str) -> x509.Certificate:
         try:

@@ -427,12 +427,15 @@ class EgressRecord(RecordBase):
     bytes_out: int = 0  # sandbox -> upstream
     bytes_in: int = 0  # upstream -> sandbox
     credential: str | None = None  # name of the brokered credential added to the request
+    count: int = 1  # connections this record stands for (like ones in a burst are aggregated)
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.host, "port": self.port, "verdict": self.verdict,
                                "reason": self.reason, "bytes_out": self.bytes_out, "bytes_in": self.bytes_in}
         if self.credential is not None:
             out["credential"] = self.credential
+        if self.count != 1:
+            out["count"] = self.count
         return out
 
     @classmethod
@@ -443,7 +446,8 @@ class EgressRecord(RecordBase):
         return cls(sandbox=d["sandbox"], ts=d["ts"], host=_get(d, "host", str), port=_get(d, "port", int),
                    verdict=verdict, reason=_get(d, "reason", str, optional=True) or "",
                    bytes_out=_get(d, "bytes_out", int), bytes_in=_get(d, "bytes_in", int),
-                   credential=_get(d, "credential", str, optional=True))
+                   credential=_get(d, "credential", str, optional=True),
+                   count=_get(d, "count", int, optional=True) or 1)
 
 
 @dataclass(frozen=True, kw_only=True)

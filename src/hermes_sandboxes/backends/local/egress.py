@@ -139,8 +139,8 @@ def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[s
     placeholders = files.placeholders(credentials)
     config = {"sandbox": sandbox, "policy": str(files.policy), "audit": str(audit),
               "ca_dir": str(ca_dir) if credentials else None, "upstream_ca": upstream_ca,
-              "credentials": [{"name": c.name, "hosts": list(c.hosts), "placeholder": placeholders[c.name]}
-                              for c in credentials]}
+              "credentials": [{"name": c.name, "hosts": list(c.hosts), "placeholder": placeholders[c.name],
+                               "headers": list(c.headers)} for c in credentials]}
     paths.write_json(files.config, config, durable=False)
     secrets = {c.name: value for c in credentials if (value := c.load(lookup))}
     code = (f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "

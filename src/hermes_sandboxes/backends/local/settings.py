@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hermes_sandboxes.egress.broker import BrokeredCredential
+from hermes_sandboxes.egress.broker import DEFAULT_HEADERS, BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.settings import SpecSettings, _absolute_path, _absolute_paths
 
@@ -21,13 +21,15 @@ STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
 class Brokered(BaseModel):
     """One brokered credential: the hosts it is for and where its value is on the host (``env``: a
     variable of the process that starts the sandbox, or under the Hermes plugin a secret of the
-    active profile; ``file``: an absolute path). There is no key for the value itself: a secret
-    never sits in a settings file."""
+    active profile; ``file``: an absolute path; ``headers``: the request headers the proxy may put
+    it into, ``Authorization`` by default). There is no key for the value itself: a secret never
+    sits in a settings file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     hosts: tuple[str, ...]
     env: str | None = None
     file: str | None = None
+    headers: tuple[str, ...] = DEFAULT_HEADERS  # the request headers the secret may go into
 
 
 class LocalSettings(SpecSettings):
@@ -84,5 +86,5 @@ class LocalSettings(SpecSettings):
 
 
 def _credentials(brokered: dict[str, Brokered]) -> tuple[BrokeredCredential, ...]:
-    return tuple(BrokeredCredential(name=name, hosts=b.hosts, env=b.env, file=b.file)
+    return tuple(BrokeredCredential(name=name, hosts=b.hosts, env=b.env, file=b.file, headers=b.headers)
                  for name, b in brokered.items())

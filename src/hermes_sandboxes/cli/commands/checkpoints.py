@@ -403,7 +403,7 @@ def _describe(r: Record) -> list[str]:
     if isinstance(r, CreateRecord):
         return ["", "", f"{r.backend or '?'} backend, {'ephemeral' if r.ephemeral else 'persistent'}"]
     if isinstance(r, EgressRecord):
-        what = f"{r.verdict} {r.host}:{r.port}"
+        what = f"{r.verdict} {r.host}:{r.port}" + (f" x{r.count}" if r.count != 1 else "")
         if r.verdict == "allowed":
             return ["", "", f"{what} ({r.bytes_out} B out, {r.bytes_in} B in)"
                             + (f" with credential {r.credential}" if r.credential else "")]
