@@ -92,12 +92,18 @@ class AuditLimiter:
             self._write(item)
 
     def _expired(self, now: float) -> list[EgressRecord]:
+        """Close the windows that have ended. Buckets are kept in the order they opened, so the
+        walk stops at the first one still open: each record costs O(1), however many keys."""
+        ended = []
+        for key, bucket in self._buckets.items():
+            if now - bucket.opened < WINDOW_S:
+                break
+            ended.append(key)
         out = []
-        for key, bucket in list(self._buckets.items()):
-            if now - bucket.opened >= WINDOW_S:
-                del self._buckets[key]
-                if bucket.pending is not None:
-                    out.append(bucket.pending)
+        for key in ended:
+            pending = self._buckets.pop(key).pending
+            if pending is not None:
+                out.append(pending)
         return out
 
     def _within_budget(self, records: list[EgressRecord], now: float) -> list[EgressRecord]:
