@@ -93,6 +93,20 @@ def test_an_ephemeral_sandbox_is_killed_at_its_lease_end_and_on_destroy(fake: Fa
     assert create.body["autoPause"] is False and "autoPauseMemory" not in create.body
     assert create.body["timeout"] == 300 + 120 + 30  # the lease, the reaper and request-timeout floor, headroom
     assert sb.ephemeral
+    # the lease runs out with nothing extending it: E2B kills an ephemeral sandbox (the fake's clock
+    # is moved past the lease's end, as the service's would be)
+    remote = fake.world.get(sb.sandbox_id)
+    assert remote is not None and remote.state == "running"
+    real_clock = fake.world.clock
+    fake.world.clock = lambda: remote.end_at + 1
+    try:
+        with pytest.raises(SandboxNotFound):
+            backend.get(sb.name)
+        assert fake.world.get(sb.sandbox_id) is None and fake.calls("DELETE") == []  # E2B's doing, not ours
+    finally:
+        fake.world.clock = real_clock
+    sb.destroy()  # a sandbox already gone: nothing to do, no error
+    sb = backend.create_ephemeral()
     sb.destroy()
     assert fake.calls("DELETE", f"/sandboxes/{sb.sandbox_id}")
     sb.destroy()  # idempotent
