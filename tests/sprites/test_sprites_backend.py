@@ -29,6 +29,7 @@ from hermes_sandboxes.errors import (
     SandboxUnreachable,
     Unsupported,
 )
+from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.sandbox import Capability, ExecResult, Limits, SandboxSpec
 from tests.fakes.sprites import FakeSprites, Fault
 from tests.patience import read_until, until_started
@@ -78,6 +79,20 @@ def test_create_sends_the_published_fields_and_the_settings_size(fake: FakeSprit
     body = json.loads(fake.recorded("POST", "/v1/sprites")[0].body)
     assert body == {"name": "sp-sized", "labels": [], "wait_for_capacity": True,
                     "config": {"cpus": 2, "ram_mb": 4096, "storage_gb": 20}}
+
+
+def test_the_size_asked_for_is_the_size_the_sprite_gets(fake: FakeSprites) -> None:
+    """Not only the request: the fake sizes its Sprites as asked, so a memory hog past the asked
+    size is killed inside while one within it runs."""
+    settings = SpritesSettings(api_url=fake.url, max_cpus=1, max_ram_gb=1)
+    with SpritesBackend(settings, token=fake.token) as backend:
+        sprite = backend.open(unique_name("sp-size"))
+        try:
+            hog = sprite.exec("python3 -c 'x = bytearray(3 << 30)'", timeout=120)
+            assert hog.exit_code == 137, hog
+            assert sprite.exec("python3 -c 'x = bytearray(64 << 20); print(len(x))'").stdout == f"{64 << 20}\n"
+        finally:
+            sprite.destroy()
 
 
 def test_an_image_is_refused_before_anything_is_sent(backend: SpritesBackend, fake: FakeSprites) -> None:

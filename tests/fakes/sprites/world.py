@@ -19,6 +19,14 @@ from typing import Any
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.errors import SandboxFileNotFound
+from hermes_sandboxes.sandbox import Limits, SandboxSpec
+
+
+def sized(config: dict[str, Any]) -> Limits:
+    """The limits of a Sprite created with ``config`` (``cpus``, ``ram_mb``; ``storage_gb`` is the
+    service's business: the fake's store keeps no quota per Sprite)."""
+    cpus, ram_mb = config.get("cpus"), config.get("ram_mb")
+    return Limits(cpus=float(cpus) if cpus else None, memory_bytes=int(ram_mb) << 20 if ram_mb else None)
 
 
 class Conflict(Exception):
@@ -82,8 +90,10 @@ class World:
             return sprite
 
     def build(self, sprite: FakeSprite) -> None:
-        """Create the Sprite's sandbox (the slow part of a create)."""
-        sandbox = self.backend.create(sprite.local_name)
+        """Create the Sprite's sandbox (the slow part of a create), with the size the create asked
+        for as its limits (CPUs and memory; the store's disk limit where it can enforce one), as
+        the service sizes a Sprite by its ``config``."""
+        sandbox = self.backend.create(sprite.local_name, SandboxSpec(limits=sized(sprite.config)))
         sandbox.exec(["mkdir", "-p", "/root", "/home/sprite"])
         sprite.sandbox = sandbox
         sprite.status = "warm"
