@@ -140,6 +140,8 @@ class BackendSettings(BaseModel):
     scope: Scope = "session"
     auto_checkpoint: AutoCheckpoint = "risky"
     retention: int = Field(default=10, description="automatic checkpoints kept per sandbox")
+    retention_bytes: int | None = Field(
+        default=None, description="bytes (a size such as 5G) the checkpoints of a sandbox may add up to")
     retention_min_age: float = Field(
         default=600.0, description="seconds (or 90s, 10m, 1h) an automatic checkpoint is kept whatever retention")
     credentials: dict[str, str] = Field(default_factory=dict)
@@ -187,6 +189,11 @@ class BackendSettings(BaseModel):
     @classmethod
     def _retention(cls, value: object) -> int:
         return _whole_number(value, 1, "checkpoints")
+
+    @field_validator("retention_bytes", mode="before")
+    @classmethod
+    def _retention_bytes(cls, value: object) -> int:
+        return _size(value, "a size with a unit, e.g. 5G", 1024**2, "too small; use at least 1M")
 
     @field_validator("retention_min_age", mode="before")
     @classmethod

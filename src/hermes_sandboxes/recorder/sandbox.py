@@ -203,6 +203,7 @@ class RecordedSandbox:
         policy: CheckpointPolicy = "off",
         retention: int = DEFAULT_RETENTION,
         min_age: float = DEFAULT_MIN_AGE,
+        retention_bytes: int | None = None,
         protected_paths: Sequence[str] = (),
         health_command: Command | None = None,
         health_timeout: float | None = 600.0,
@@ -225,6 +226,7 @@ class RecordedSandbox:
         self.policy = _validate_policy(policy)
         self.retention = retention
         self.min_age = min_age
+        self.retention_bytes = retention_bytes  # a budget on the checkpoints' bytes (retention.py)
         self.broken_promises: tuple[str, ...] = ()  # named checkpoints the last pruning deleted
         self.protected_paths = tuple(protected_paths)
         self.health_command = health_command
@@ -532,13 +534,17 @@ class RecordedSandbox:
         return HealthCheck(text, result.exit_code, result.ok and not result.timed_out, output)
 
     def _prune(self) -> None:
-        """Delete the automatic checkpoints beyond the newest ``retention``; never the others, nor
+        """Delete the automatic checkpoints beyond the newest ``retention``, then while the
+        checkpoints' bytes are over ``retention_bytes`` (see retention.py); never the others, nor
         one younger than ``min_age``, nor the newest one named to the agent. A backend that cannot
         delete checkpoints keeps them all, and ``retention_note`` says so."""
+        from hermes_sandboxes.recorder import retention  # after an automatic checkpoint only
+
         story = self._story()
         listed = self._inner.checkpoints()
         autos = [c for c in listed if (told := story.get(c.id)) is not None and told.record.trigger == "auto"]
-        if len(autos) > self.retention and Capability.DELETE_CHECKPOINTS not in self._inner.backend.capabilities:
+        wanted = retention.over(autos, listed, keep=self.retention, budget=self.retention_bytes)
+        if wanted and Capability.DELETE_CHECKPOINTS not in self._inner.backend.capabilities:
             self.retention_note = (
                 f"the {self._inner.backend.name} backend cannot delete checkpoints: all {len(autos)} automatic "
                 f"checkpoints of {self.name} are kept (retention asks for {self.retention})")
@@ -548,11 +554,9 @@ class RecordedSandbox:
             return
         live = {c.id for c in listed}
         newest_named = next((i for i in reversed(story.named) if i in live), None)
-        young = time.time() - self.min_age
         broken: list[str] = []
-        for checkpoint in autos[: max(0, len(autos) - self.retention)]:
-            if checkpoint.id == newest_named or checkpoint.created_at > young:
-                continue
+        for checkpoint in retention.doomed(autos, listed, keep=self.retention, budget=self.retention_bytes,
+                                           protected=newest_named, young_after=time.time() - self.min_age):
             try:
                 self._inner.delete_checkpoint(checkpoint.id)
             except CheckpointNotFound:

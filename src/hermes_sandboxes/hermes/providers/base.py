@@ -223,7 +223,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         """The task's sandbox with its journal, the automatic checkpoints and the credentials."""
         return RUNTIME.state.recorded(
             sandbox, redact=redactor.redact, policy=settings.auto_checkpoint, retention=settings.retention,
-            min_age=settings.retention_min_age,
+            min_age=settings.retention_min_age, retention_bytes=settings.retention_bytes,
             protected_paths=settings.protected_paths, health_command=settings.health_command,
             credentials=settings.credentials, lookup=hermes_profile_secret, redactor=redactor)
 
