@@ -18,7 +18,7 @@ from typing import Any
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
 from hermes_sandboxes.backends.local.store import baseimage, mapped, rootless, usage
-from hermes_sandboxes.errors import Unsupported
+from hermes_sandboxes.errors import SandboxError, Unsupported
 
 BIG = 8 << 20  # a base file much larger than anything the scenarios change
 
@@ -129,6 +129,51 @@ def _changes(store: rootless.RootlessStore, old: Path, new: Path, base: Path) ->
     return [[c.path, c.kind.value] for c in store.diff_layers(old / "upper", new / "upper", base, None)]
 
 
+def _deep_tree(store: rootless.RootlessStore, depth: int = 1500) -> Any:
+    """A layer nested deeper than PATH_MAX (3 characters a level): checkpoint, restore, remove (or
+    the error a copy by path gives, and nothing left behind once the store's gc has run)."""
+    store.create_layer("d")
+    fd = os.open(store.layer("d") / "upper", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("dd", dir_fd=fd)
+        inner = os.open("dd", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    with open(os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+        f.write("deep")
+    os.close(fd)
+    try:
+        store.snapshot("d", "k")
+    except SandboxError as exc:
+        store.gc("d")
+        left = sorted(p.name for p in store.checkpoints_dir("d").iterdir())
+        store.remove_sandbox("d")
+        return {"error": str(exc)[-300:], "left": left}
+    (store.checkpoints_dir("d") / "k.json").write_text("{}")
+    store.restore("d", "k", disk_limit=None)
+    found = [_depth(store.checkpoint_path("d", "k") / "upper"), _depth(store.layer("d") / "upper")]
+    store.remove_sandbox("d")
+    return found
+
+
+def _depth(root: Path) -> int:
+    """How deep the chain of dd directories under ``root`` goes (-1 if its leaf is missing)."""
+    fd, depth = os.open(root, os.O_RDONLY | os.O_DIRECTORY), 0
+    while True:
+        try:
+            inner = os.open("dd", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        except FileNotFoundError:
+            break
+        os.close(fd)
+        fd, depth = inner, depth + 1
+    try:
+        os.stat("leaf", dir_fd=fd)
+    except FileNotFoundError:
+        depth = -1
+    os.close(fd)
+    return depth
+
+
 def scenario_store(home: Path) -> dict[str, Any]:
     store = rootless.choose(home)
     out: dict[str, Any] = {"kind": store.kind, "cheap": store.cheap, "description": store.description,
@@ -187,6 +232,7 @@ def scenario_store(home: Path) -> dict[str, Any]:
         out["disk_limit"] = "accepted"
     except Unsupported as exc:
         out["disk_limit"] = str(exc)
+    out["deep"] = _deep_tree(store)
     for name in ("a", "b", "c"):
         store.remove_sandbox(name)
     out["left_in_store"] = sorted(p.name for p in store.root.iterdir())

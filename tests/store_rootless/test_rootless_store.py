@@ -100,6 +100,17 @@ def test_df_counts_what_removing_the_sandbox_would_give_back(seen: Any) -> None:
         assert exclusive < layer + checkpoints
 
 
+def test_a_layer_deeper_than_path_max(seen: Any) -> None:
+    """Snapshots take any depth; a copy by path (cp -a, as root mode's copy store makes) refuses it
+    in one error and leaves nothing behind."""
+    fs, result = seen
+    if fs.startswith("btrfs"):
+        assert result["deep"] == [1500, 1500]
+    else:
+        assert "File name too long" in result["deep"]["error"]
+        assert result["deep"]["left"] == []
+
+
 def test_removal_leaves_nothing_and_disk_limits_are_refused(seen: Any) -> None:
     _, result = seen
     assert result["left_in_store"] == []

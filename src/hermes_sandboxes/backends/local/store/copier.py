@@ -6,8 +6,8 @@ needs kept: owners, modes (set after the owner: chown clears set-id bits), every
 (``user.overlay.*`` markers, ``security.capability``), times, symlinks, device nodes and
 overlay whiteouts (character devices 0/0, which the kernel lets anyone make), holes, and hard links
 among the entries copied in one call. Data moves with ``copy_file_range`` (in the kernel; shared
-extents where the filesystem can). A path the walk cannot take (a tree deeper than PATH_MAX, say)
-raises OSError, and the caller falls back to ``cp -a``.
+extents where the filesystem can). Like ``cp -a`` it goes by path: a tree nested deeper than
+PATH_MAX raises OSError (ENAMETOOLONG).
 """
 
 from __future__ import annotations

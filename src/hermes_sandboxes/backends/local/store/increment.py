@@ -22,6 +22,7 @@ Runs as root of the sandbox's user namespace (``mapped``): the layer holds inner
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -30,8 +31,8 @@ import time
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.store import copier
+from hermes_sandboxes.errors import SandboxError
 
-_ARG_CHARS = 100_000  # paths per cp call (the kernel's ARG_MAX is larger; keeps each call modest)
 Stat = tuple[int, int, int, int, int]  # inode, ctime_ns, size, mtime_ns, mode
 
 
@@ -76,22 +77,32 @@ def _run(argv: list[str], cwd: Path | None = None) -> None:
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise OSError(f"{argv[0]} failed: {detail[-1] if detail else proc.returncode}")
+        raise SandboxError(f"{argv[0]} {argv[1]} failed: {detail[-1][-300:] if detail else proc.returncode}")
 
 
 def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
     """Make ``staged`` a copy of ``layer`` and write its manifest; True when it was made from a
     previous checkpoint (``candidates``: (checkpoint, manifest) pairs of the sandbox)."""
+    try:
+        return _checkpoint(layer, staged, candidates, manifest)
+    except OSError as exc:
+        raise _refusal(exc) from None
+
+
+def _refusal(exc: OSError) -> SandboxError:
+    why = exc.strerror or str(exc)
+    if exc.errno == errno.ENAMETOOLONG:  # cp -a fails there as well: it copies by path too
+        why += " (the layer nests directories deeper than a path can name; only the btrfs stores take that)"
+    return SandboxError(f"copying the layer failed: {why}")
+
+
+def _checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
     upper = layer / "upper"
     ident = _ident(upper)
     now = scan(upper)
     previous = _previous(candidates, ident)
     if previous is None:
-        try:
-            copier.copy_tree(layer, staged)
-        except OSError:  # what the in-process copy cannot take (a tree deeper than PATH_MAX): cp can
-            _remove(staged)
-            _run(["cp", "-a", "--reflink=auto", "--sparse=always", str(layer), str(staged)])
+        copy_layer(layer, staged)
     else:
         _run(["cp", "-al", str(previous[0]), str(staged)])
         _apply(upper, staged / "upper", now, previous[1])
@@ -99,6 +110,14 @@ def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], m
     staged_manifest.write_text(json.dumps({"upper": ident, "taken": time.time_ns(), "files": now}))
     staged_manifest.rename(manifest)
     return previous is not None
+
+
+def copy_layer(source: Path, target: Path) -> None:
+    """``cp -a source target``, in-process (copier.py); SandboxError if it cannot be copied."""
+    try:
+        copier.copy_tree(source, target)
+    except OSError as exc:
+        raise _refusal(exc) from None
 
 
 def _remove(path: Path) -> None:
@@ -133,27 +152,10 @@ def _apply(live: Path, target: Path, now: dict[str, Stat], before: dict[str, Sta
         _remove(target / rel)
         changed.append(rel)
         touched.add(os.path.dirname(rel))
-    try:
-        copier.copy_entries(live, target, changed)
-    except OSError:  # as in checkpoint(): cp takes what the in-process copy cannot
-        for rel in changed:
-            _remove(target / rel)
-        for batch in _batches(changed):
-            # --parents keeps the relative path; every parent exists already; links among a batch kept
-            _run(["cp", "-a", "--parents", "--no-dereference", "--reflink=auto", *batch, str(target)], cwd=live)
+    copier.copy_entries(live, target, changed)
     for rel in sorted(touched, key=lambda p: p.count("/") if p else -1, reverse=True):
         source, copy = (live / rel, target / rel) if rel else (live, target)
         copier.set_attributes(copy, os.lstat(source), source_path=None)
         copier.copy_dir_xattrs(source, copy)
 
 
-def _batches(paths: list[str]) -> list[list[str]]:
-    batches: list[list[str]] = []
-    size = _ARG_CHARS
-    for path in paths:
-        if size + len(path) >= _ARG_CHARS:
-            batches.append([])
-            size = 0
-        batches[-1].append(f"./{path}")  # never read as an option
-        size += len(path) + 3
-    return batches
