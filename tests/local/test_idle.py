@@ -132,3 +132,17 @@ def test_the_cli_and_the_config_file_set_it(local_backend: LocalBackend, tmp_pat
         for name in (flagged, configured):
             if name in local_backend.names():
                 local_backend.get(name).destroy()
+
+
+def test_an_attached_terminal_keeps_the_sandbox_up(idle_box: LocalSandbox) -> None:
+    master, slave = os.openpty()
+    try:
+        proc = idle_box.attach(["sleep", f"{3 * IDLE_S:g}"], (slave, slave, slave))
+        os.close(slave)
+        slave = -1
+        assert proc.wait(DEADLINE_S) == 0
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert idle_box.take_idle_stops() == [], "not stopped under an attached terminal"
