@@ -176,7 +176,7 @@ def test_output_streams_while_the_command_runs(sprite: SpritesSandbox, fake: Fak
     wait_for(lambda: seen == [b"first\n"], "the first line")
     assert proc.poll() is None
     proc.kill()
-    assert proc.wait(20) == 137
+    assert proc.wait(20) == 128 + 15  # the kill endpoint's SIGTERM ended it (128+N for signal N)
     assert len(fake.recorded("POST", r"/v1/sprites/sp-main/exec/\d+/kill")) == 1
 
 
@@ -194,6 +194,19 @@ def test_a_timeout_kills_the_remote_command_through_the_kill_endpoint(
     assert kill.status == 200 and json.loads(kill.body)["signal"] == "SIGTERM"
     assert sessions_of(fake, "sp-main") == []  # nothing of it keeps running...
     assert sprite.exec("echo alive").stdout == "alive\n"  # ...and the Sprite survives
+
+
+def test_a_command_that_ignores_sigterm_is_killed_by_the_services_sigkill(
+        sprite: SpritesSandbox, fake: FakeSprites) -> None:
+    """The kill endpoint's SIGTERM reaches the command, which may ignore it: it is seen handling the
+    signal and running on until the service's SIGKILL (KILL_GRACE_S later) ends it, and our timeout
+    still ends at 124 with nothing left running."""
+    script = "trap 'echo got-term' TERM; echo started; while :; do sleep 0.2; done"
+    result = until_started(lambda timeout: sprite.exec(script, timeout=timeout), lambda r: "started" in r.stdout)
+    assert result.exit_code == 124 and result.timed_out
+    assert "got-term" in result.stdout  # the SIGTERM came, was handled, and the command ran on
+    assert sessions_of(fake, "sp-main") == []
+    assert sprite.exec("pgrep -x sleep || echo none").stdout == "none\n"
 
 
 def test_a_failing_output_sink_stops_the_remote_command(sprite: SpritesSandbox, fake: FakeSprites) -> None:

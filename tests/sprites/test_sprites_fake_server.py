@@ -133,7 +133,7 @@ def test_a_running_session_is_listed_and_killed_through_the_kill_endpoint(
     assert session.is_active and "sleep 60" in session.command
     messages = list(kill_session(sprite, session.id, timeout=10))
     worker.join(20)
-    assert not worker.is_alive() and outcome["code"] == 137  # 128 + SIGKILL
+    assert not worker.is_alive() and outcome["code"] == 143  # 128 + SIGTERM, the SDK's default signal
     assert messages[-1].type == "complete"
     assert sprite.list_sessions() == []
     assert fake.recorded("POST", rf"/v1/sprites/fk-kill/exec/{session.id}/kill")[0].status == 200

@@ -90,15 +90,27 @@ class Sessions:
     def of(self, sprite: str) -> list[ExecSession]:
         return [s for s in self.all.values() if s.sprite.name == sprite and not s.done.is_set()]
 
-    def kill(self, sprite: str, session_id: str, timeout: float) -> bool:
-        """Kill a session's whole process tree; True once it has ended within ``timeout``."""
+    def kill(self, sprite: str, session_id: str, timeout: float, sig: str = "SIGTERM") -> bool:
+        """Send ``sig`` to the session's command (its process group), and SIGKILL to its whole tree
+        if it is still running ``timeout`` seconds later, as the service does: a command that
+        ignores SIGTERM lives until then. True once it has ended."""
         session = self.all.get(session_id)
         if session is None or session.sprite.name != sprite:
             raise KeyError(session_id)
         session.killed_by_api = True
-        if session.process is not None:
-            session.process.kill()
-        return session.done.wait(timeout)
+        process = session.process
+        if process is None:
+            return session.done.wait(timeout)
+        pid = getattr(process, "pid", None)  # the command's pid inside the Sprite's sandbox
+        sandbox = session.sprite.sandbox
+        if sig == "SIGKILL" or not pid or sandbox is None:
+            process.kill()
+        else:  # from inside: the pid is the sandbox's; the command leads a process group of its own
+            name = sig.removeprefix("SIG") if sig.removeprefix("SIG").isalpha() else "TERM"
+            sandbox.exec(["kill", f"-{name}", "--", f"-{pid}"], timeout=30)
+        if not session.done.wait(timeout):
+            process.kill()
+        return session.done.wait(timeout + 10)
 
 
 class ExecConnection:

@@ -334,7 +334,7 @@ class FakeSprites:
         if len(rest) == 3 and rest[0] == "exec" and rest[2] == "kill" and method == "POST":
             timeout = float(data.get("timeout", 10))
             try:
-                ended = self.sessions.kill(name, rest[1], timeout)
+                ended = self.sessions.kill(name, rest[1], timeout, str(data.get("signal", "SIGTERM")))
             except KeyError:
                 return Reply.error(404, "not_found", f"session {rest[1]} not found")
             lines = [{"type": "info", "data": f"sent {data.get('signal', 'SIGTERM')} to session {rest[1]}"}]
