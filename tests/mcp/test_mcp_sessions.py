@@ -174,3 +174,34 @@ def test_a_killed_server_leaves_its_ephemeral_sandboxes_to_gc(local_backend: Loc
     except SandboxNotFound:
         return
     raise AssertionError(f"{temp} survived gc")
+
+
+def test_initialize_is_answered_before_settings_models_or_backends_are_loaded(local_backend: LocalBackend,
+                                                                               prefix: str) -> None:
+    """Start-up is the client's deadline: the spawned server answers ``initialize`` on the fast path,
+    with no click, pydantic or backend loaded (pydantic's compiled core would be mapped by then)."""
+    proc = subprocess.Popen([COMMAND, "--home", str(local_backend.home), "mcp", "--prefix", prefix],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}).encode()
+                         + b"\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        assert answer["result"]["serverInfo"]["name"] == "hermes-sandboxes"
+        mapped = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert "pydantic_core" not in mapped and "_cffi_backend" not in mapped
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "sandbox_list", "arguments": {}}}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["result"]["isError"] is False
+        assert "pydantic_core" in Path(f"/proc/{proc.pid}/maps").read_text()  # the settings, once a tool needs them
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_mcp_help_comes_from_the_full_cli() -> None:
+    shown = subprocess.run([COMMAND, "mcp", "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--allow-network-changes" in shown.stdout and "claude mcp add" in shown.stdout

@@ -3,7 +3,8 @@
 ``main`` first offers an ``exec`` to this user's warm exec server (fastpath/warm.py: a client of a few
 built-in modules; the server keeps the fast path imported and forks a worker per call), then to the
 fast path in-process (fastpath/inprocess.py: ``exec`` with the standard library, the contract and the recorder
-only); anything else goes to the click application, imported only then. All of it happens inside a
+only), and ``mcp`` to the MCP server without click (fastpath/mcp.py: its client waits for the first
+answer); anything else goes to the click application, imported only then. All of it happens inside a
 Ctrl-C guard: an interrupt while Python is still importing ends the command quietly (exit 130), not
 with a traceback.
 """
@@ -38,6 +39,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         from hermes_sandboxes.cli.fastpath.inprocess import try_exec
 
         code = try_exec(sys.argv[1:] if argv is None else list(argv))
+        if code is not None:
+            sys.exit(code)
+        from hermes_sandboxes.cli.fastpath.mcp import try_mcp  # a client waits for the server's first answer
+
+        code = try_mcp(sys.argv[1:] if argv is None else list(argv))
         if code is not None:
             sys.exit(code)
         from hermes_sandboxes.cli.app import main as app_main

@@ -18,16 +18,17 @@ it; retention keeps a checkpoint so named (``RecordedSandbox.promise``).
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.mcp.output import Spools, StreamCapture
 from hermes_sandboxes.mcp.scope import Scope, check_path
 from hermes_sandboxes.mcp.tools import Annotations, CallContext, Tool, ToolError, ToolResult
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the server's start-up is measured)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hermes_sandboxes.mcp.scope import _Open
     from hermes_sandboxes.recorder.command import RecordedProcess
     from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
@@ -73,8 +74,8 @@ class Commands:
         import os
 
         exec_id = os.urandom(6).hex()
-        out_path, err_path = self.spools.paths(exec_id)
-        out, err = StreamCapture(budget, out_path), StreamCapture(budget, err_path)
+        out = StreamCapture(budget, self.spools.opener(exec_id, "stdout"))
+        err = StreamCapture(budget, self.spools.opener(exec_id, "stderr"))
         recorded = opened.recorded
         for name, value in env.items():
             if len(value) >= 8:  # as the CLI's --env: long values stay out of the journal and the output
@@ -121,7 +122,8 @@ class Commands:
             "sandbox": name, "exit_code": code, "timed_out": timed_out, "duration_s": round(duration, 3),
             "stdout": redact(out.text()), "stderr": redact(err.text()),
             "stdout_bytes": out.total, "stderr_bytes": err.total,
-            "cut_bytes": {"stdout": max(0, out.cut), "stderr": max(0, err.cut)}, "output_id": exec_id,
+            "cut_bytes": {"stdout": max(0, out.cut), "stderr": max(0, err.cut)},
+            "output_id": exec_id if self.spools.kept(exec_id) else None,
             "checkpoint": None,
         }
         notes: list[str] = []
@@ -244,6 +246,8 @@ def _stdin(args: dict[str, Any]) -> bytes | None:
     if args.get("stdin") is not None and args.get("stdin_base64") is not None:
         raise ToolError("give stdin or stdin_base64, not both")
     if args.get("stdin_base64") is not None:
+        import base64
+
         try:
             data = base64.b64decode(args["stdin_base64"], validate=True)
         except ValueError as exc:

@@ -24,11 +24,15 @@ import contextlib
 import json
 import sys
 import threading
-import traceback
-from collections.abc import Callable, Mapping
-from typing import Any
 
-from hermes_sandboxes.mcp.tools import CallContext, Catalog, ToolError, ToolResult
+from hermes_sandboxes.mcp.tools import CallContext, ToolError, ToolResult
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the server's start-up is measured)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from hermes_sandboxes.mcp.tools import Catalog
 
 # newest first; a client asking for one of these gets it, any other gets the newest
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -39,8 +43,9 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-Message = dict[str, Any]
-Send = Callable[[Message], None]
+if TYPE_CHECKING:
+    Message = dict[str, Any]
+    Send = Callable[[Message], None]
 
 
 class Call:
@@ -229,6 +234,8 @@ class Session:
         except ToolError as exc:
             return ToolResult.failure(str(exc))
         except Exception as exc:  # a bug of ours must not end the server: the model hears what failed
+            import traceback
+
             traceback.print_exc(file=sys.stderr)
             return ToolResult.failure(f"internal error in tool {name}: {type(exc).__name__}: {exc}")
 

@@ -21,14 +21,16 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound
 from hermes_sandboxes.mcp.tools import ToolError
+from hermes_sandboxes.util.values import dataclass
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the server's start-up is measured)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Protocol
+
     from hermes_sandboxes.recorder.credentials import Redactor
     from hermes_sandboxes.recorder.journal import Journal
     from hermes_sandboxes.recorder.sandbox import RecordedSandbox
@@ -39,12 +41,14 @@ if TYPE_CHECKING:
 DEFAULT_PREFIX = "mcp"
 
 
-class OwnerBook(Protocol):
-    """Where ephemeral sandboxes are claimed by the process that made them (``cli/owners.py``)."""
+if TYPE_CHECKING:
 
-    def claim(self, name: str) -> None: ...
+    class OwnerBook(Protocol):
+        """Where ephemeral sandboxes are claimed by the process that made them (``cli/owners.py``)."""
 
-    def release(self, name: str) -> None: ...
+        def claim(self, name: str) -> None: ...
+
+        def release(self, name: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Rules:
     allow_network_changes: bool = False  # the network_allow tool is offered only with this
 
 
-@dataclass
+@dataclass()
 class _Open:
     """A sandbox this server uses, with its recorder (kept open: one journal per sandbox)."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass, field
 
 from hermes_sandboxes import __version__
 from hermes_sandboxes.mcp.commands import RESTORE_TOOL, Commands
@@ -20,6 +19,7 @@ from hermes_sandboxes.mcp.sandboxes import Sandboxes
 from hermes_sandboxes.mcp.scope import Host, Rules, Scope
 from hermes_sandboxes.mcp.story import Story
 from hermes_sandboxes.mcp.tools import Catalog
+from hermes_sandboxes.util.values import dataclass, field
 
 SERVER_NAME = "hermes-sandboxes"
 
@@ -37,7 +37,7 @@ def instructions(scope: Scope) -> str:
         f"may want to undo. {RESTORE_TOOL} and sandbox_remove only preview unless called with confirm true.")
 
 
-@dataclass
+@dataclass()
 class Running:
     """A built server and what it owns (the scope's sandboxes, the spooled outputs)."""
 

@@ -13,10 +13,13 @@ import json
 import os
 import signal
 import sys
-from types import FrameType
-from typing import Any
 
 from hermes_sandboxes.mcp.server import Running
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the server's start-up is measured)
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
 
 
 class _Ended(Exception):

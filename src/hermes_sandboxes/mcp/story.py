@@ -11,14 +11,16 @@ fork, no checkpoint deletion) the result says so instead of failing silently.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from hermes_sandboxes.mcp.commands import SANDBOX_ARG
 from hermes_sandboxes.mcp.scope import Scope
 from hermes_sandboxes.mcp.tools import READ_ONLY, Annotations, CallContext, Tool, ToolError, ToolResult
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the server's start-up is measured)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hermes_sandboxes.recorder.sandbox import RestorePreview, StoriedCheckpoint
+
 
 MAX_CHANGES = 300
 MAX_COMMANDS = 50

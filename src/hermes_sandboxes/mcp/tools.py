@@ -10,14 +10,16 @@ client gets a result with ``isError``, so the model can read it and correct itse
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.mcp import schema
+from hermes_sandboxes.util.values import dataclass
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the server's start-up is measured)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
     from hermes_sandboxes.mcp.protocol import Call, Session
 
 
@@ -91,7 +93,8 @@ class CallContext:
         return self.call.cancelled
 
 
-Handler = Callable[[CallContext, dict[str, Any]], ToolResult]
+if TYPE_CHECKING:
+    Handler = Callable[[CallContext, dict[str, Any]], ToolResult]
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class Tool:
     description: str
     input_schema: dict[str, Any]
     annotations: Annotations
-    handler: Handler = field(repr=False)
+    handler: Handler
 
     def listing(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "description": self.description,
