@@ -149,7 +149,7 @@ class HttpServer:
         self.http.serve_forever(poll_interval=0.2)
 
     def close(self) -> None:
-        self.http.shutdown()
+        """After ``serve`` returned: close the socket, end every session, clean up."""
         self.http.server_close()
         with self.lock:
             ids = list(self.sessions)
@@ -310,16 +310,14 @@ def _handler(server: HttpServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class _Ended(Exception):
-    pass
-
-
 def serve_http(running: Running, *, port: int, state_dir: Path) -> int:
     """Serve until SIGTERM, SIGHUP or SIGINT; then end every session and clean up."""
     server = HttpServer(running, port, load_token(state_dir))
 
     def ended(signum: int, frame: FrameType | None) -> None:
-        raise _Ended(signal.Signals(signum).name)
+        # an exception raised here could land inside socketserver's request handling, which would
+        # swallow it: stop the serving loop from another thread instead (shutdown() waits for it)
+        threading.Thread(target=server.http.shutdown, name="mcp-http-shutdown", daemon=True).start()
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, ended)
@@ -327,8 +325,6 @@ def serve_http(running: Running, *, port: int, state_dir: Path) -> int:
           file=sys.stderr, flush=True)
     try:
         server.serve()
-    except _Ended:
-        pass
     finally:
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, signal.SIG_IGN)
