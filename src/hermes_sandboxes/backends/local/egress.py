@@ -32,7 +32,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,10 @@ from hermes_sandboxes.backends.local import paths
 from hermes_sandboxes.backends.local.guest import forwarder
 from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup, new_placeholder
 from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.util import isolated
 
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+# what the proxy imports from outside the standard library (cryptography and its cffi backend: TLS)
+_PROXY_PACKAGES = ("cryptography", "_cffi_backend")
 _SYSTEM_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 PROXY_URL = f"http://127.0.0.1:{forwarder.PORT}"
 # What commands get in proxy mode. ``localhost`` is the sandbox's own loopback and bypasses the
@@ -143,12 +144,11 @@ def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[s
                                "headers": list(c.headers)} for c in credentials]}
     paths.write_json(files.config, config, durable=False)
     secrets = {c.name: value for c in credentials if (value := c.load(lookup))}
-    code = (f"import sys; sys.path.insert(0, {_PACKAGE_PARENT!r}); "
-            "from hermes_sandboxes.egress.server import main; main()")
+    argv = isolated.python_argv("from hermes_sandboxes.egress.server import main; main()", str(files.config),
+                                str(listener.fileno()), packages=_PROXY_PACKAGES)
     with listener, open(files.log, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-E", "-c", code, str(files.config), str(listener.fileno())],
-            stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(listener.fileno(),),
+            argv, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(listener.fileno(),), cwd=isolated.CWD,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}, start_new_session=True)
     assert proc.stdin is not None
     try:

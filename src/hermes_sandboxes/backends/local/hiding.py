@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hermes_sandboxes.backends.local import paths
 from hermes_sandboxes.backends.local.guest import masks
+from hermes_sandboxes.util import isolated
 
 log = logging.getLogger(__name__)
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
@@ -88,7 +89,7 @@ def hide_store_from_running_sandboxes(home: Path) -> int:
     try:
         proc = subprocess.run(
             [sys.executable, "-I", "-S", "-c", _HELPER, _PACKAGE_PARENT, own, *(f"{p}:{s}" for p, s in targets)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True, text=True, timeout=30, cwd=isolated.CWD,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("could not hide the new store %s from running sandboxes: %s", own, exc)

@@ -34,6 +34,11 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 _BOOTSTRAP = ("import marshal, os, sys; sys.path.insert(0, marshal.loads(os.read(0, 65536))); "
               "from hermes_sandboxes.backends.local.forkserver import serve; serve()")
 _ARGV = ("hermes-sandboxes-init", "-I", "-S", "-c", _BOOTSTRAP)
+# With an argv[0] that is no path, Python looks for its standard library (lib/python3.X/os.py and
+# other landmarks) in the current directory first: started from the caller's directory, root would
+# load a standard library planted there, and "/" holds the distribution's own (/lib/python3.X).
+# Nobody can create anything in /proc: there Python falls back to its own prefix.
+_CWD = "/proc"
 _REPLY_TIMEOUT_S = 70  # the launcher gives up on its init after 60 s (forkserver)
 
 
@@ -45,7 +50,7 @@ class ForkServer:
         try:
             self.process = subprocess.Popen(
                 list(_ARGV), executable=sys.executable, stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, env=_INIT_ENV, start_new_session=True)
+                stderr=subprocess.DEVNULL, env=_INIT_ENV, start_new_session=True, cwd=_CWD)
         except BaseException:
             ours.close()
             raise
