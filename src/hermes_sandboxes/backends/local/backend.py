@@ -100,7 +100,7 @@ class LocalBackend(Backend):
         self.base = _validate_base(base)
         self.credentials = tuple(credentials)
         # the brokered credentials' source files are hidden in every sandbox
-        self.masks = _validate_masks(masks) + tuple(c.file for c in self.credentials if c.file)
+        self.masks = _validate_masks([*masks, *(c.file for c in self.credentials if c.file)], self.base)
         self.upstream_ca = upstream_ca
         self.secret_lookup = secret_lookup
         self._store_kind = store
@@ -434,10 +434,16 @@ def _validate_base(base: str | None) -> str | None:
     return str(path)
 
 
-def _validate_masks(masks: Sequence[str]) -> tuple[str, ...]:
+def _validate_masks(masks: Sequence[str], base: str | None) -> tuple[str, ...]:
+    from hermes_sandboxes.backends.local.guest.masks import resolve_within
+
     for mask in masks:
         if not isinstance(mask, str) or not mask.startswith("/"):
             raise InvalidInput(f"mask {mask!r} must be an absolute path")
+        try:
+            resolve_within(base or "/", mask)  # what is masked is where it resolves to: it must resolve
+        except OSError as exc:
+            raise InvalidInput(f"mask {mask!r} cannot be resolved safely: {exc.strerror or exc}") from None
     return tuple(masks)
 
 

@@ -12,11 +12,19 @@ loop device, such as a store image) with empty mounts when it starts (``hidden_f
 applied by rootfs.hide). Those mounts change nothing in the layer, so a store created later never
 shows up in a sandbox's diffs or checkpoints; sandboxes already running when a store is first
 registered get the same mount at once (hiding.py).
+
+A masked path is resolved first, inside the base (an absolute symlink restarts at the base's root,
+as it would inside the sandbox): hiding a symlink would leave what it points to readable. The
+path is masked where it resolves to, and also as named when its parent directories are real; a
+path that cannot be resolved safely (a symlink loop, more than 40 links, a path resolving to the
+root itself) is refused with OSError, and no sandbox starts with it.
 """
 
 from __future__ import annotations
 
 import _thread
+import collections
+import errno
 import glob
 import hashlib
 import os
@@ -35,6 +43,54 @@ SCRUBBED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"
 # One file per store home (named by a digest of its path, holding the path): see the docstring.
 STORE_REGISTRY = Path("/var/lib/hermes-sandboxes-stores")
 _LOOP_DEVICES = Path("/sys/block")
+_MAX_LINKS = 40  # what the kernel follows in one lookup before ELOOP
+
+
+def resolve_within(lower: str, path: str) -> str:
+    """``path`` (absolute, as seen inside a sandbox on ``lower``) with every symlink followed, as
+    the sandbox would follow it; components that do not exist are kept as written. OSError
+    (ELOOP) for a symlink loop or too many links, or a path that resolves to the root."""
+    root = str(lower).rstrip("/")
+    pending = collections.deque(path.split("/"))
+    resolved: list[str] = []
+    links = 0
+    while pending:
+        part = pending.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = root + "/" + "/".join([*resolved, part])
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            is_link = False
+        if not is_link:
+            resolved.append(part)
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            raise OSError(errno.ELOOP, f"cannot resolve {path}: too many symbolic links")
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            resolved = []
+        pending.extendleft(reversed(target.split("/")))
+    if not resolved:
+        raise OSError(errno.ELOOP, f"{path} resolves to the root directory itself")
+    return "/" + "/".join(resolved)
+
+
+def mask_targets(lower: str, path: str) -> list[str]:
+    """Where masking ``path`` must apply: where it resolves to, and the name itself when only its
+    last component may be a symlink (whiteing the link out too). Raises what resolve_within does."""
+    target = resolve_within(lower, path)
+    parent = os.path.dirname(os.path.normpath(path))
+    named = os.path.normpath(path)
+    if named != target and parent != "/" and resolve_within(lower, parent) != parent:
+        return [target]  # a parent is a link: the name lives at the target, hidden there
+    return list(dict.fromkeys([target, named]))
 
 
 def register_store(home: Path) -> bool:
@@ -114,22 +170,23 @@ def apply_masks(upper: Path, lower: Path, paths: Iterable[str]) -> None:
     prefix = str(lower).rstrip("/")
     hidden: list[str] = []
     for pattern in paths:
-        if any(pattern == h or pattern.startswith(h + "/") for h in hidden):
-            continue  # already inside a masked directory: creating it there would reveal its name
         full = prefix + "/" + pattern.lstrip("/")
         matches = glob.glob(full) if any(c in pattern for c in "*?[") else [full]
         for match in matches:
-            host_path = Path(match)
-            rel = host_path.relative_to(lower)
-            try:
-                st = host_path.lstat()
-            except FileNotFoundError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                _make_opaque(upper, lower, rel)
-                hidden.append("/" + str(rel))
-            else:
-                _whiteout(upper, lower, rel)
+            named = "/" + str(Path(match).relative_to(lower))
+            for target in mask_targets(prefix or "/", named):
+                if any(target == h or target.startswith(h + "/") for h in hidden):
+                    continue  # already inside a masked directory: creating it there would reveal its name
+                rel = Path(target.lstrip("/"))
+                try:
+                    st = (lower / rel).lstat()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    _make_opaque(upper, lower, rel)
+                    hidden.append(target)
+                else:
+                    _whiteout(upper, lower, rel)
     for name in SCRUBBED_FILES:
         _scrub_shadow(upper, lower, Path(name.lstrip("/")))
 
