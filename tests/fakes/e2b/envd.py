@@ -152,7 +152,12 @@ class ProcessService(_Base, Process):
         sb = self.sandbox(ctx)
         proc = self._find(sb, request.process)
         self.record(ctx, {"pid": proc.pid, "signal": request.signal.name})
-        await self.blocking(proc.kill)  # SIGTERM is treated as SIGKILL: the fake has no signal routing
+        inner = getattr(proc.local, "pid", None)  # the command's pid inside the local sandbox
+        if request.signal.name == "SIGKILL" or not inner:
+            await self.blocking(proc.kill)
+        else:  # as envd does: the signal goes to the process, which may handle or ignore it
+            await self.blocking(lambda: sb.local.exec(["kill", f"-{request.signal.name.removeprefix('SIG')}",
+                                                       "--", str(inner)], timeout=30))
         return pb.SendSignalResponse()
 
     async def send_input(self, request: pb.SendInputRequest, ctx: Any) -> pb.SendInputResponse:
