@@ -137,7 +137,7 @@ def test_undo_from_the_chat_resyncs_a_live_session_and_fork_leaves_it_alone(herm
     from hermes_sandboxes.hermes import conversation
 
     env = hermes.env()
-    assert conversation.take_note(env.recorded) is not None, "the note waits for the agent's next turn"
+    assert conversation.take_note(env.recorded.journal.path) is not None, "the note waits for the agent's next turn"
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_sandboxes.errors import SandboxError, SandboxNotFound
 from hermes_sandboxes.hermes import naming
 from hermes_sandboxes.hermes.providers.registry import active
+from hermes_sandboxes.hermes.runtime import RUNTIME
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.records import ExecRecord
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
@@ -96,8 +97,9 @@ def session_key(task_id: str | None = None) -> str:
         return f"session:{session}" if session else "default"
 
 
-def find(task_id: str | None = None) -> Target:
-    """The sandbox of the conversation (``task_id``: an agent turn's; None: the one bound now)."""
+def _locate(task_id: str | None) -> tuple[SandboxProvider, SandboxEnvironment | None, str]:
+    """Our active provider, the conversation's live environment (if any) and its sandbox's name,
+    found without touching the sandbox (a cloud one is not resumed by looking)."""
     provider = active()
     if provider is None:
         raise NoSandbox("the terminal backend is not one of the hermes-sandboxes backends "
@@ -108,12 +110,21 @@ def find(task_id: str | None = None) -> Target:
         envs = [e for e in live_environments() if _serves(e, provider)]
         envs = envs if len(envs) == 1 else []
     if envs:
-        return Target(provider, envs[0].recorded, envs[0])
+        return provider, envs[0], envs[0].sandbox_name
     settings = provider.settings()
     prefix = settings.name_prefix
     name = provider.persistent_name(prefix, naming.resolve_profile(), naming.task_key_for_scope(key, settings.scope))
+    return provider, None, naming.require_within_prefix(prefix, name)
+
+
+def find(task_id: str | None = None) -> Target:
+    """The sandbox of the conversation (``task_id``: an agent turn's; None: the one bound now)."""
+    provider, env, name = _locate(task_id)
+    if env is not None:
+        return Target(provider, env.recorded, env)
+    settings = provider.settings()
     try:
-        sandbox = provider.backend(settings).get(naming.require_within_prefix(prefix, name))
+        sandbox = provider.backend(settings).get(name)
     except SandboxNotFound:
         raise NoSandbox(f"this conversation has no sandbox yet ({name} is made at the agent's first "
                         "command)") from None
@@ -125,9 +136,8 @@ def _serves(env: SandboxEnvironment, provider: SandboxProvider) -> bool:
 
 
 # --- the note of an undo, for the agent's next turn ------------------------------------------------
-def _note_path(recorded: RecordedSandbox) -> Path:
-    path = recorded.journal.path
-    return path.with_name(path.name + NOTE_SUFFIX)
+def _note_path(journal: Path) -> Path:
+    return journal.with_name(journal.name + NOTE_SUFFIX)
 
 
 def leave_note(recorded: RecordedSandbox, checkpoint_id: str, discarded: Sequence[ExecRecord] | None,
@@ -135,15 +145,16 @@ def leave_note(recorded: RecordedSandbox, checkpoint_id: str, discarded: Sequenc
     """What the agent must hear on its next turn about this undo (replaces an older, untaken note)."""
     note = {"sandbox": recorded.name, "checkpoint": checkpoint_id, "changes": changes,
             "discarded": None if discarded is None else [r.command for r in discarded]}
-    path = _note_path(recorded)
+    path = _note_path(recorded.journal.path)
     temp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     temp.write_text(json.dumps(note))
     os.replace(temp, path)
 
 
-def take_note(recorded: RecordedSandbox) -> dict[str, Any] | None:
-    """The untaken note of ``recorded``'s last undo, taken (None when there is none)."""
-    path = _note_path(recorded)
+def take_note(journal: Path) -> dict[str, Any] | None:
+    """The untaken note of the last undo of the sandbox whose journal is ``journal``, taken (None
+    when there is none)."""
+    path = _note_path(journal)
     claimed = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.taking")
     try:
         os.rename(path, claimed)
@@ -176,11 +187,16 @@ def agent_text(note: dict[str, Any]) -> str:
 
 
 def pre_llm_call(task_id: str | None = None, **_: Any) -> dict[str, str] | None:
-    """Hermes's pre-turn hook: the undo note of the turn's sandbox, once. Never raises (a failing
-    hook must not cost the user the turn); a sandbox not made yet has nothing to say."""
+    """Hermes's pre-turn hook: the undo note of the turn's sandbox, once. It reads a file of the
+    host state only (a cloud sandbox is not resumed for it) and never raises (a failing hook must
+    not cost the user the turn)."""
     try:
-        target = find(task_id)
-        note = take_note(target.recorded)
+        provider, env, name = _locate(task_id)
+        if env is not None:
+            journal = env.recorded.journal.path
+        else:
+            journal = RUNTIME.state.journal_path(provider.backend(provider.settings(), check=False).key, name)
+        note = take_note(journal)
     except (SandboxError, LookupError):
         return None
     except Exception:
