@@ -296,7 +296,12 @@ class LocalSandbox(Sandbox):
         if masks.register_store(self._backend.home):  # other stores' sandboxes hide this one from now on
             hiding.hide_store_from_running_sandboxes(self._backend.home)
         extra = [*self.local_meta["masks"], *(m for m in self._backend.masks if m not in self.local_meta["masks"])]
-        mask_list = masks.mask_paths(self._backend.home, extra) if self.base is None else extra
+        # The host state (journals and audit logs of every sandbox) is hidden wherever it is; made
+        # now if missing, since a directory that appears later in the base would be seen at once.
+        state = HostState().root
+        if self.base is None:
+            state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mask_list = masks.mask_paths(self._backend.home, [*extra, str(state)]) if self.base is None else extra
         masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.base or "/"), mask_list)
 
     def _groups(self) -> cgroups.SandboxCgroups:

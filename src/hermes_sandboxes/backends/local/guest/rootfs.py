@@ -52,6 +52,12 @@ def _mount_sys(root: str) -> None:
     except OSError:  # sysfs refuses a fresh mount with the host's network namespace: bind it
         sc.mount("/sys", sys_dir, None, sc.MS_BIND | sc.MS_REC)
         sc.mount(sys_dir, sys_dir, None, sc.MS_BIND | sc.MS_REMOUNT | flags)
+    # Loop devices (and the other virtual block devices) say which host file backs them
+    # (loop/backing_file: every store image's host path); /sys/block, /sys/class/block and
+    # /sys/dev/block only link here, so one empty tmpfs hides them all, those made later too.
+    virtual_block = f"{sys_dir}/devices/virtual/block"
+    if os.path.isdir(virtual_block):
+        sc.mount("tmpfs", virtual_block, "tmpfs", flags, "mode=0755,size=4k")
 
 
 def _mount_dev(root: str) -> None:
