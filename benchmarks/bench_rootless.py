@@ -120,7 +120,8 @@ def bench_changed(store: Any, scratch: Path, changes: dict[str, int], reps: int)
     files), against ``cp -a`` of the same files by the same user on the same filesystem."""
     rows: dict[str, Any] = {}
     for label, size in changes.items():
-        checkpoint, copy = [], []
+        checkpoint: list[float] = []
+        copy: list[float] = []
         for i in range(reps):
             name = f"changed-{label.lower()}-{i}"
             store.create_layer(name)
@@ -152,7 +153,8 @@ def bench_after_earlier(store: Any, scratch: Path, reps: int) -> dict[str, Any]:
         upper = store.layer(name) / "upper"
         _populate(upper, 100 << 20, 1600)
         _checkpoint(store, name, "earlier")
-        times, copy = [], []
+        times: list[float] = []
+        copy: list[float] = []
         for i in range(reps):
             fresh = upper / f"new{i}"
             fresh.mkdir()
