@@ -2,7 +2,8 @@
 
 Run as root: ``.venv/bin/python benchmarks/bench_rootless.py [--quick] [--out FILE]``. It makes an
 unprivileged user (``hs-rootstore-bench-<pid>``, with a subuid block) and hands it a btrfs filesystem
-(loop image mounted with ``user_subvol_rm_allowed``) and an ext4 one; the rootless numbers are
+(loop image mounted with ``user_subvol_rm_allowed`` and, as root's store image, ``noatime``) and an
+ext4 one; the rootless numbers are
 measured as that user (this file's ``worker``), the root numbers by root in the same run:
 
 - btrfs: checkpoint (a read-only snapshot and its record) and restore (a writable snapshot swapped in
@@ -263,7 +264,7 @@ def main() -> None:
                               "cpus": os.cpu_count(), "load_before": _uptime(), "quick": args.quick}
     rootless: dict[str, Any] = {}
     with unprivileged_user("hs-rootstore-bench") as user:
-        for kind, fs in (("btrfs", "btrfs-rm"), ("ext4", "ext4")):
+        for kind, fs in (("btrfs", "btrfs-bench"), ("ext4", "ext4")):
             with user_filesystem(fs, user, size="4G") as mountpoint:
                 home = mountpoint / "home"
                 home.mkdir()

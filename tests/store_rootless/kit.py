@@ -8,9 +8,11 @@ ids, so whiteouts, opaque directories and files of inner users are the kernel's 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -174,10 +176,24 @@ def _depth(root: Path) -> int:
     return depth
 
 
+def _helper_keeps_no_lock(path: Path) -> bool:
+    """The store's helper starts while a sandbox's lock is held (it forks this process): once the
+    lock's holder lets go, another process gets it (the helper kept no copy of the descriptor)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    mapped.call(os.getuid)  # the first call starts the helper
+    os.close(fd)
+    other = subprocess.run([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+                            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(path)], capture_output=True)
+    path.unlink()
+    return other.returncode == 0 and mapped.call(os.getuid) == 0
+
+
 def scenario_store(home: Path) -> dict[str, Any]:
     store = rootless.choose(home)
     out: dict[str, Any] = {"kind": store.kind, "cheap": store.cheap, "description": store.description,
                            "uid": os.getuid()}
+    out["lock_released"] = _helper_keeps_no_lock(home / "held.lock")
     base = home / "base"
     base.mkdir()
     mapped.call(_make_base, base)

@@ -14,12 +14,12 @@ from tests.store_rootless.harness import TestUser, user_filesystem
 
 EXPECTED = {"btrfs": ("subvolume", True), "btrfs-rm": ("subvolume", True), "xfs": ("reflink", False),
             "ext4": ("overlay", False)}
-C1 = {"etc/motd": ["changed motd\n", 0], "etc/added": ["added\n", 0], "opt/tool/new": ["new tool\n", 0],
+C1: dict[str, Any] = {"etc/motd": ["changed motd\n", 0], "etc/added": ["added\n", 0], "opt/tool/new": ["new tool\n", 0],
       "var/apt-private/cache": ["apt's\n", 42], "var/apt-private/mine": ["mine\n", 42]}
 SPECIAL = {"hardlinked": True, "link": "../motd", "fifo": True, "sparse": [64 << 20, True], "suid": "0o4755",
            "xattr": "kept"}
 C1["special"] = SPECIAL
-C2 = {"special": SPECIAL, "etc/added": ["added\nmore\n", 0], "opt/tool/new": ["new tool\n", 0],
+C2: dict[str, Any] = {"special": SPECIAL, "etc/added": ["added\nmore\n", 0], "opt/tool/new": ["new tool\n", 0],
       "var/apt-private/cache": ["apt's\n", 42], "var/apt-private/mine": ["mine\n", 42]}
 
 
@@ -41,6 +41,11 @@ def test_the_kind_is_the_best_the_filesystem_gives(seen: Any) -> None:
     assert result["description"]
     if fs == "btrfs-rm":
         assert "one step" in result["description"]
+
+
+def test_the_store_helper_holds_no_lock_of_its_parent(seen: Any) -> None:
+    _, result = seen
+    assert result["lock_released"] is True
 
 
 def test_layers_belong_to_the_mapped_range(seen: Any, test_user: TestUser) -> None:
