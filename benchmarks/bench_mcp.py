@@ -100,10 +100,11 @@ def sdk_import(runs: int) -> list[float] | None:
 def recorded_exec(store: Path, state: Path, name: str) -> Any:
     """A function timing one ``RecordedSandbox.exec(["true"])`` on ``name``, in this process."""
     from hermes_sandboxes import backends
+    from hermes_sandboxes.recorder.options import Checkpointing
     from hermes_sandboxes.recorder.state import HostState
 
     backend = backends.build(backends.validate("local", {"home": str(store)}, where="the benchmark"))
-    recorded = HostState(state, durable=False).recorded(backend.get(name), policy="risky")
+    recorded = HostState(state, durable=False).recorded(backend.get(name), checkpointing=Checkpointing("risky"))
 
     def timed() -> float:
         started = time.perf_counter_ns()

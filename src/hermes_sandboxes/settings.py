@@ -107,13 +107,13 @@ def _text_mapping(value: object, *, max_entries: int, example: str) -> dict[str,
 
 
 def _allow_list(value: object) -> tuple[str, ...]:
-    """An egress allow-list in the portable grammar (egress.policy), presets included."""
+    """An egress allow-list in the portable grammar (allowlist.py), presets included."""
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError("expected a list of hosts, e.g. [pypi.org, '*.pythonhosted.org', '127.0.0.1:8080']")
     for item in value:
         if not isinstance(item, str) or not item.strip():
             raise ValueError(f"{item!r} is not a host name, IP address or @preset")
-    from hermes_sandboxes.egress import policy  # the allow-list's own grammar, presets included
+    from hermes_sandboxes import allowlist as policy  # the allow-list's own grammar, presets included
 
     try:
         return policy.validate(value)

@@ -346,7 +346,7 @@ _NOT_ON_THE_EXEC_PATH = {
     "hermes_sandboxes.risk.scan", "hermes_sandboxes.risk.shell", "hermes_sandboxes.recorder.diffsummary",
     "dataclasses", "inspect", "typing", "hashlib", "logging", "subprocess", "shutil", "secrets", "random",
     "importlib.util", "hermes_sandboxes.backends.local.store.base", "hermes_sandboxes.backends.local.launcher",
-    "hermes_sandboxes.egress.policy",
+    "hermes_sandboxes.allowlist",
 }
 
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli import cli
 from hermes_sandboxes.names import unique_name
+from hermes_sandboxes.recorder.options import Checkpointing, Retention
 from hermes_sandboxes.recorder.state import HostState
 from tests.contract import degraded
 
@@ -41,7 +42,8 @@ def run(home: Path, *args: str) -> Result:
 
 def test_retention_keeps_every_checkpoint_and_says_why_when_the_backend_cannot_delete(
         degraded_backend: degraded.DegradedBackend, name: str, tmp_path: Path) -> None:
-    recorded = HostState(tmp_path, durable=False).recorded(degraded_backend.get(name), policy="risky", retention=1)
+    recorded = HostState(tmp_path, durable=False).recorded(
+        degraded_backend.get(name), checkpointing=Checkpointing("risky"), retention=Retention(1))
     for i in range(3):
         assert recorded.exec(f"rm -rf /root/d{i}").auto_checkpoint is not None
     assert len(recorded.checkpoints()) == 3

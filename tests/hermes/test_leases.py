@@ -179,7 +179,7 @@ def test_removing_the_lock_file_never_lets_two_processes_be_the_writer(tmp_path:
 _HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from hermes_sandboxes.hermes.sync.leases import exclusive
+    from hermes_sandboxes.util.flock import exclusive
     with exclusive(Path(sys.argv[1]), what="holding"):
         print("held", flush=True)
         sys.stdin.readline()
@@ -188,7 +188,7 @@ _HOLDER = textwrap.dedent("""
 
 def test_an_exclusive_lock_waits_for_its_holder_and_names_what_it_guards(tmp_path: Path) -> None:
     from hermes_sandboxes.errors import SandboxError
-    from hermes_sandboxes.hermes.sync.leases import exclusive
+    from hermes_sandboxes.util.flock import exclusive
 
     path = tmp_path / "locks" / "box.allow.lock"
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdin=subprocess.PIPE,

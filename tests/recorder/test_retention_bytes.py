@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.backends.local.settings import LocalSettings
+from hermes_sandboxes.recorder.options import Checkpointing, Retention
 from hermes_sandboxes.recorder.records import CheckpointDeleteRecord
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.settings import InvalidSettings, validate_settings
@@ -15,7 +16,8 @@ MB = 1_000_000
 def test_retention_by_bytes_keeps_the_named_checkpoint(sandbox: LocalSandbox) -> None:
     budget = validate_settings(LocalSettings, {"retention_bytes": "4500K"}, where="s").retention_bytes
     assert budget == 4500 * 1024
-    recorded = HostState().recorded(sandbox, policy="risky", retention=10, min_age=0, retention_bytes=budget)
+    recorded = HostState().recorded(sandbox, checkpointing=Checkpointing("risky"),
+                                    retention=Retention(keep=10, min_age=0, budget=budget))
     taken = []
     for i in range(1, 6):  # each checkpoint captures one more MB than the one before
         assert recorded.exec(f"head -c {MB} /dev/urandom > /root/f{i}").result.exit_code == 0

@@ -8,9 +8,9 @@ import ipaddress
 
 import pytest
 
+from hermes_sandboxes.allowlist import PRESETS, AllowList, is_public, parse_entry, validate
 from hermes_sandboxes.egress.broker import Broker, BrokeredCredential
 from hermes_sandboxes.egress.http import RequestHead
-from hermes_sandboxes.egress.policy import PRESETS, AllowList, is_public, parse_entry, validate
 from hermes_sandboxes.errors import InvalidInput
 
 
@@ -131,7 +131,7 @@ def test_the_ca_goes_into_a_bundle_once_and_comes_out_however_often_it_was_added
 
 
 def test_an_edited_list_keeps_its_order_adds_once_and_refuses_to_remove_what_it_lacks() -> None:
-    from hermes_sandboxes.egress.policy import edited
+    from hermes_sandboxes.allowlist import edited
 
     assert edited(["@pypi", "a.example"], add=[" A.example ", "b.example", "b.example"]) == [
         "@pypi", "a.example", "b.example"]

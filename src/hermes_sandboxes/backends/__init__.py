@@ -6,8 +6,15 @@ factory module, with its SDK, is imported only when that backend is chosen; a mi
 dependency is one ``MissingDependency`` naming the pip extra. The faces (CLI, Hermes plugin, demo)
 reach backends only through here, never by importing a backend module.
 
-``register()`` adds a backend at run time (a third-party one, or the degraded test backends of the
-conformance suite).
+A face hands the factory what only it knows, as one ``BuildContext``: where secrets are read (a
+Hermes profile's secret store rather than this process's environment), the agent profile the
+sandboxes belong to, and where the host keeps the audit log (its state directory). So no face
+imports a backend module to pass them.
+
+Third-party backends: ``register()`` adds one at run time (as the conformance suite's degraded test
+backends do), and an installed distribution can declare one in the entry-point group
+``hermes_sandboxes.backends`` (the object it names: a ``BackendEntry``, or a callable returning
+one); those are found the first time a name is not registered, or when ``names()`` is asked.
 """
 
 from __future__ import annotations
@@ -21,12 +28,29 @@ from hermes_sandboxes.util.values import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from hermes_sandboxes.sandbox import Backend
     from hermes_sandboxes.settings import BackendSettings
 
 DEFAULT_BACKEND = "local"
+ENTRY_POINT_GROUP = "hermes_sandboxes.backends"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a face passes a backend's factory besides the settings (all optional).
+
+    ``secret_lookup(name)``: a secret's value or None (default: this process's environment), for
+    the cloud backends' tokens and the local backend's brokered credentials. ``profile``: the agent
+    profile (its home) whose sandboxes these are, where a backend keys its sandboxes by it (E2B).
+    ``audit_path(backend_key)``: the audit log a backend's own host processes append to (the local
+    egress proxy), default the host state's under ``$HERMES_SANDBOXES_STATE``."""
+
+    secret_lookup: Callable[[str], str | None] | None = None
+    profile: str | None = None
+    audit_path: Callable[[str], Path] | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +64,9 @@ class BackendEntry:
     # "module:function": validated settings values (the model's JSON dump) -> Backend, importing no
     # settings model; lets the CLI's fast path build the backend from its settings cache
     from_values: str | None = None
+    # whether the factories take a BuildContext as their second argument (a third-party backend
+    # written before it existed takes the settings alone)
+    takes_context: bool = False
 
     def missing(self) -> list[str]:
         if not self.requires:  # (the local backend: its CLI exec need not import importlib.util)
@@ -51,36 +78,74 @@ class BackendEntry:
 
 _LOCK = threading.Lock()
 _ENTRIES: dict[str, BackendEntry] = {}
+_discovered = False
 
 
 def register(entry: BackendEntry) -> None:
+    """Add (or replace) backend ``entry.name``."""
     with _LOCK:
         _ENTRIES[entry.name] = entry
+
+
+def discover() -> list[str]:
+    """Register the backends installed distributions declare in the ``hermes_sandboxes.backends``
+    entry-point group (again, when called again); the names found. A declaration that cannot be
+    loaded is skipped with a warning: one broken plugin must not take the others down."""
+    global _discovered
+    from importlib.metadata import entry_points
+
+    found = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = point.load()
+            made = loaded if isinstance(loaded, BackendEntry) else loaded()
+            if not isinstance(made, BackendEntry):
+                raise TypeError(f"{point.value} is not a BackendEntry")
+        except Exception as exc:
+            import logging
+
+            logging.getLogger(__name__).warning("backend plugin %s (%s) cannot be loaded: %s",
+                                                point.name, point.value, exc)
+            continue
+        register(made)
+        found.append(made.name)
+    _discovered = True
+    return found
 
 
 register(BackendEntry(
     "local", "namespaces, an overlay root and a copy-on-write store on this machine (Linux, root)",
     "hermes_sandboxes.backends.local.settings:LocalSettings",
     "hermes_sandboxes.backends.local.factory:build_backend",
-    from_values="hermes_sandboxes.backends.local.factory:from_values"))
+    from_values="hermes_sandboxes.backends.local.factory:from_values", takes_context=True))
 register(BackendEntry(
     "sprites", "Fly.io Sprites: persistent cloud VMs with checkpoints",
     "hermes_sandboxes.backends.sprites.settings:SpritesSettings",
-    "hermes_sandboxes.backends.sprites:build_backend", extra="sprites", requires=("sprites",)))
+    "hermes_sandboxes.backends.sprites:build_backend", extra="sprites", requires=("sprites",),
+    takes_context=True))
 register(BackendEntry(
     "e2b", "E2B cloud sandboxes (pause and resume, snapshots)",
     "hermes_sandboxes.backends.e2b.settings:E2BSettings",
-    "hermes_sandboxes.backends.e2b:build_backend", extra="e2b", requires=("e2b",)))
+    "hermes_sandboxes.backends.e2b:build_backend", extra="e2b", requires=("e2b",), takes_context=True))
 
 
 def names() -> list[str]:
+    """Every backend's name: the built-in ones, the registered ones and the declared ones."""
+    if not _discovered:
+        discover()
     with _LOCK:
         return list(_ENTRIES)
 
 
 def entry(name: str) -> BackendEntry:
+    """Backend ``name``'s entry (looked for among the declared ones when not registered);
+    InvalidInput naming the known backends when there is none."""
     with _LOCK:
         found = _ENTRIES.get(name)
+    if found is None and not _discovered:
+        discover()
+        with _LOCK:
+            found = _ENTRIES.get(name)
     if found is None:
         raise InvalidInput(f"unknown backend {name!r}; known backends: {', '.join(names())}")
     return found
@@ -114,25 +179,28 @@ def missing_dependency(name: str) -> str | None:
     return f"the {name} backend needs {', '.join(missing)}, which is not installed: {extra}"
 
 
-def build(settings: BackendSettings, name: str | None = None) -> Backend:
-    """Backend ``name`` (default: the one ``settings.backend`` names) with those settings."""
+def build(settings: BackendSettings, name: str | None = None, *, context: BuildContext | None = None) -> Backend:
+    """Backend ``name`` (default: the one ``settings.backend`` names) with those settings and what
+    the face passes in ``context``. InvalidInput for an unknown name; MissingDependency naming the
+    pip extra when its optional dependencies are not installed."""
     name = name or str(getattr(settings, "backend", ""))
     problem = missing_dependency(name)
     if problem is not None:
         raise MissingDependency(problem)
-    factory: Callable[[BackendSettings], Backend] = _load(entry(name).factory, f"the {name} backend")
-    return factory(settings)
+    found = entry(name)
+    factory: Callable[..., Backend] = _load(found.factory, f"the {name} backend")
+    return factory(settings, context or BuildContext()) if found.takes_context else factory(settings)
 
 
-def build_from_values(name: str, values: Mapping[str, Any]) -> Backend | None:
+def build_from_values(name: str, values: Mapping[str, Any], *, context: BuildContext | None = None) -> Backend | None:
     """Backend ``name`` from settings values validated earlier (see ``BackendEntry.from_values``);
     None when the backend offers no such way, or not for these values (the caller validates and
     uses ``build``)."""
     found = entry(name)
     if found.from_values is None or found.missing():
         return None
-    factory: Callable[[Mapping[str, Any]], Backend | None] = _load(found.from_values, f"the {name} backend")
-    return factory(values)
+    factory: Callable[..., Backend | None] = _load(found.from_values, f"the {name} backend")
+    return factory(values, context or BuildContext()) if found.takes_context else factory(values)
 
 
 def validate(name: str, raw: Mapping[str, Any] | None, *, where: str) -> BackendSettings:

@@ -4,7 +4,8 @@
 - stdout and stderr are written through as they arrive; when our reader goes away
   (``exec box -- yes | head``) the command is killed, as SIGPIPE would kill it in a pipeline, and
   we exit 141 quietly;
-- the automatic checkpoint is taken, and announced, before the command starts;
+- the automatic checkpoint is taken by the recorder and announced (its ``on_checkpoint``) before
+  the command starts;
 - whatever ends the wait (the command, its timeout, Ctrl-C, SIGTERM, SIGHUP, a lost sandbox), the
   command and what it started are killed and the end is journaled once, with why. Signals are held
   while the command starts (the sandbox may run it before we hold its handle) and while its end is
@@ -22,12 +23,11 @@ from collections.abc import Callable
 
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.session import Session, recorder_policy
-from hermes_sandboxes.errors import CheckpointFailed, InvalidInput, SandboxError
+from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.recorder.command import RecordedProcess
 from hermes_sandboxes.recorder.journal import command_text
 from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
-from hermes_sandboxes.risk import hermes_internal
-from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE, Capability, Command, OutputSink
+from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Capability, Command, OutputSink
 from hermes_sandboxes.util.values import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
@@ -35,10 +35,11 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
     from hermes_sandboxes.cli.session import CliPolicy
+    from hermes_sandboxes.risk import RiskVerdict
     from hermes_sandboxes.sandbox import Stdin
 
-KILLED_EXIT_CODE = 137  # 128 + SIGKILL
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a pipeline member SIGPIPE killed
+BROKEN_PIPE = "its output's reader went away (broken pipe)"
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Passthrough:
                     self.broken = True
                     proc = self.proc
             if proc is not None:  # else attach() kills it: output can come before start() returns
-                proc.kill()
+                proc.kill(BROKEN_PIPE)
 
         return write
 
@@ -100,67 +101,40 @@ class Passthrough:
             self.proc = proc
             broken = self.broken
         if broken:
-            proc.kill()
-
-
-def checkpoint_first(session: Session, command: Command, policy: CliPolicy,
-                     cwd: str | None) -> tuple[StoriedCheckpoint | None, tuple[str, ...]]:
-    """The automatic checkpoint the policy wants before ``command``; if it cannot be taken, the
-    command must not run (fail closed)."""
-    try:
-        taken, verdict = session.recorded.checkpoint_if_risky(command_text(command), policy=recorder_policy(policy),
-                                                        cwd=cwd)
-    except (CheckpointFailed, InvalidInput):
-        raise
-    except SandboxError as exc:
-        raise CheckpointFailed(f"the automatic checkpoint of sandbox {session.name} before this command "
-                               f"failed ({exc}); the command was not run") from exc
-    return taken, tuple(verdict.reasons)
+            proc.kill(BROKEN_PIPE)
 
 
 def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: str | None,
                 env: dict[str, str], timeout: float | None, stdin: Stdin,
-                announce: Callable[[StoriedCheckpoint, tuple[str, ...], bool], None]) -> Outcome:
+                announce: Callable[[StoriedCheckpoint, RiskVerdict, bool], None]) -> Outcome:
     """Run ``command`` to its end; see the module's docstring for what every ending does."""
     output = Passthrough()
     proc: RecordedProcess | None = None
-    oom_before = _oom_kills(session)
     try:
         with signals.held():  # a signal now is raised once we hold the command, so we can kill it
-            taken, reasons = checkpoint_first(session, command, policy, cwd) if policy != "off" else (None, ())
-            if taken is not None:
-                announce(taken, reasons, _taken_now(taken, command))
-            # (the checkpoint is taken above, so that its note comes first; the framework's own
-            # housekeeping is still recorded as internal, as the recorder would judge it)
-            internal = hermes_internal(command_text(command)) is not None
             proc = session.recorded.start(
-                command, checkpoint="off", auto_checkpoint=taken, internal=internal, cwd=cwd, env=env, stdin=stdin,
+                command, checkpoint=recorder_policy(policy),
+                on_checkpoint=lambda taken, verdict, new: announce(taken, verdict, new or _taken_for(taken, command)),
+                cwd=cwd, env=env, stdin=stdin,
                 on_stdout=output.sink(sys.stdout), on_stderr=output.sink(sys.stderr))
             output.attach(proc)
         code = _wait(proc, timeout)
-    except SandboxError as exc:
-        if proc is not None:
-            with signals.held():
-                proc.record(None, error=str(exc))
-        raise
+    except SandboxError:
+        raise  # the recorded process journaled it (or the command never started)
     except BaseException as exc:  # a signal (Stopped, KeyboardInterrupt): stop the command first
         if proc is not None:
             with signals.held():
-                _stop(proc, f"interrupted by {signals.name(exc)}")
+                proc.stop(f"interrupted by {signals.name(exc)}")
         raise
     with signals.held():
         if code is None:
-            _stop(proc, None, timed_out=True)
+            proc.stop(None, timed_out=True)
             return Outcome(TIMEOUT_EXIT_CODE, timed_out=True)
-        if output.broken:
-            proc.record(code, killed=True, error="its output's reader went away (broken pipe)")
-            _silence_stdout()
-            return Outcome(EXIT_BROKEN_PIPE, broken_pipe=True)
-        if code == KILLED_EXIT_CODE and (after := _oom_kills(session)) is not None and after > (oom_before or 0):
-            proc.record(code, error="killed by the sandbox's memory limit")
-            return Outcome(code, out_of_memory=True)
-        proc.record(code)
-    return Outcome(code)
+        proc.finish(code)
+    if output.broken:
+        _silence_stdout()
+        return Outcome(EXIT_BROKEN_PIPE, broken_pipe=True)
+    return Outcome(code, out_of_memory=proc.out_of_memory)
 
 
 WAIT_SLICE_S = 0.25
@@ -174,39 +148,31 @@ def _wait(proc: RecordedProcess, timeout: float | None) -> int | None:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
-        code = proc.inner.wait(left)
+        code = proc.wait(left, record=False)  # recorded by the caller, signals held
         if code is not None or (deadline is not None and time.monotonic() >= deadline):
             return code
-
-
-def _oom_kills(session: Session) -> int | None:
-    try:
-        return session.sandbox.oom_kills()
-    except (SandboxError, OSError):
-        return None
 
 
 Note = Callable[..., None]  # (text, style=None): a note for people on stderr
 
 
-def announcer(note: Note, name: str) -> Callable[[StoriedCheckpoint, tuple[str, ...], bool], None]:
+def announcer(note: Note, name: str) -> Callable[[StoriedCheckpoint, RiskVerdict, bool], None]:
     """The automatic-checkpoint note, said before the command starts (an endless or interrupted
     command has still told the user how to undo it). ``fresh``: taken for this command, rather than
     an earlier one reused because nothing changed since (the note must not claim it was just taken)."""
 
-    def announce(taken: StoriedCheckpoint, reasons: tuple[str, ...], fresh: bool) -> None:
-        why = f" ({', '.join(reasons)})" if reasons else ""
-        first = "taken first" if fresh else "kept as the undo point, nothing changed since"
+    def announce(taken: StoriedCheckpoint, verdict: RiskVerdict, new: bool) -> None:
+        why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
+        first = "taken first" if new else "kept as the undo point, nothing changed since"
         note(f"checkpoint {taken.id} {first}{why}; undo with: "
              f"hermes-sandboxes checkpoint restore {name} {taken.id}")
 
     return announce
 
 
-def _taken_now(taken: StoriedCheckpoint, command: Command) -> bool:
-    """Whether the recorder took ``taken`` for ``command`` (else it reused one: see
-    ``RecordedSandbox.checkpoint_if_risky``). An earlier automatic one for the same command line
-    counts as taken for it."""
+def _taken_for(taken: StoriedCheckpoint, command: Command) -> bool:
+    """Whether a reused checkpoint was taken for this same command line earlier (then it still
+    counts as taken first for it)."""
     return taken.trigger == "auto" and taken.trigger_command == command_text(command)
 
 
@@ -236,18 +202,6 @@ def _memory_limit(session: Session) -> str:
     if limit is None:
         return " (the backend's default)"
     return f" of {limit / 2**20:.0f} MiB"
-
-
-def _stop(proc: RecordedProcess, why: str | None, *, timed_out: bool = False) -> None:
-    """Kill the command with all it started, wait a bounded time for it to be gone, journal it."""
-    code: int | None = None
-    error = why
-    try:
-        proc.kill()
-        code = proc.inner.wait(KILL_GRACE_S)
-    except SandboxError as exc:
-        error = f"{why}; {exc}" if why else str(exc)
-    proc.record(TIMEOUT_EXIT_CODE if timed_out else code, timed_out=timed_out, error=error, killed=True)
 
 
 def _silence_stdout() -> None:

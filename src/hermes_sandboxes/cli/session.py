@@ -17,9 +17,11 @@ from hermes_sandboxes import backends
 from hermes_sandboxes.cli import settings_cache
 from hermes_sandboxes.cli.owners import Owners
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
+from hermes_sandboxes.hermes.sync import restores
 from hermes_sandboxes.names import unique_name, validate_name
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.journal import Journal
+from hermes_sandboxes.recorder.options import Checkpointing, Health
 from hermes_sandboxes.recorder.sandbox import RecordedExec, RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import (
@@ -57,13 +59,13 @@ class Workspace:
     """The backend for one invocation, built on first use so ``--help`` never touches a store."""
 
     def __init__(self, backend: str | None = None, config_path: str | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None, *, state: HostState | None = None) -> None:
         self._backend_name = backend
         self._config_path = config_path
         self._overrides: dict[str, Any] = dict(overrides or {})
         self._effective: config.Effective | None = None
         self._backend: Backend | None = None
-        self.state = HostState(durable=False)
+        self.state = state if state is not None else HostState(durable=False)
         self.collect_orphans = True  # the first use of the backend collects dead runs' sandboxes
         self.on_collect: Callable[[str], None] | None = None
 
@@ -94,20 +96,25 @@ class Workspace:
         hit = settings_cache.lookup(self.state.root, self._cache_key())
         if hit is None:
             return False
-        built = backends.build_from_values(*hit)
+        built = backends.build_from_values(*hit, context=self.build_context())
         if built is None:
             return False
-        self._use(built)
+        self.use(built)
         return True
 
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._use(backends.build(self.effective.settings, self.effective.backend))
+            self.use(backends.build(self.effective.settings, self.effective.backend, context=self.build_context()))
         assert self._backend is not None
         return self._backend
 
-    def _use(self, backend: Backend) -> None:
+    def build_context(self) -> backends.BuildContext:
+        """What the CLI tells a backend it builds: its audit log goes under this state directory."""
+        return backends.BuildContext(audit_path=self.state.audit_path)
+
+    def use(self, backend: Backend) -> None:
+        """Use ``backend`` (built by the registry, or given by an embedding program or a test)."""
         self._backend = backend
         if self.collect_orphans:
             # by the way: a sandbox we cannot collect now (busy, unreachable) waits for the next call,
@@ -201,8 +208,11 @@ class Session:
         self.sandbox = sandbox
         self._state = state
         kept = _secret_values(secrets or {})
+        # the hooks of a sandbox Hermes may use: a restore from here is noted for its sessions, and
+        # its housekeeping is recorded as such (hermes/sync/restores.py)
         self.recorded = state.recorded(sandbox, redact=Redactor(kept).redact if kept else None,
-                                       policy=_RECORDER_POLICY[policy])
+                                       checkpointing=Checkpointing(_RECORDER_POLICY[policy]),
+                                       hooks=restores.hooks(state.root))
 
     @property
     def name(self) -> str:
@@ -223,12 +233,13 @@ class Session:
         return self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
                                   on_stdout=on_stdout, on_stderr=on_stderr)
 
-    def checkpoint(self, comment: str = "", *, health: str | None = None) -> StoriedCheckpoint:
-        """A manual checkpoint; with ``health``, that command runs first and its result is part of
-        the checkpoint's story."""
+    def checkpoint(self, comment: str = "", *, health: str | None = None,
+                   health_timeout: float | None = 600.0) -> StoriedCheckpoint:
+        """A manual checkpoint; with ``health``, that command runs first (for at most
+        ``health_timeout`` seconds) and its result is part of the checkpoint's story."""
         if health is None:
             return self.recorded.checkpoint(comment, trigger="manual")
-        self.recorded.health_command = health
+        self.recorded.health = Health(health, health_timeout)
         return self.recorded.checkpoint(comment, trigger="manual", health=True)
 
     def checkpoints(self, *, include_internal: bool = False) -> list[StoriedCheckpoint]:
@@ -242,11 +253,13 @@ class Session:
             raise Unsupported(f"the {backend.name} backend cannot diff checkpoints")
         return self.sandbox.diff(from_id, to_id)
 
-    def preview(self, checkpoint_id: str) -> RestorePreview:
-        return self.recorded.restore_preview(checkpoint_id)
+    def preview(self, checkpoint_id: str, *, diff: bool = True, settle: bool = False) -> RestorePreview:
+        """What a restore to ``checkpoint_id`` throws away (see ``RecordedSandbox.restore_preview``)."""
+        return self.recorded.restore_preview(checkpoint_id, diff=diff, settle=settle)
 
-    def restore(self, checkpoint_id: str) -> None:
-        self.recorded.restore(checkpoint_id)
+    def restore(self, checkpoint: str | RestorePreview) -> None:
+        """Restore, recorded; given the preview, what it found is used as it is."""
+        self.recorded.restore(checkpoint)
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         self.recorded.delete_checkpoint(checkpoint_id)

@@ -1,6 +1,9 @@
-"""Egress control for sandboxes: the allow-list, the proxy that enforces it, credential brokering.
+"""Egress control for sandboxes: the proxy that enforces an allow-list, credential brokering.
 
-Backend-neutral: ``policy`` parses and checks allow-lists (the cloud backends can map the same
-entries onto their own egress rules); ``proxy``/``server`` are the proxy the local backend runs per
-sandbox; ``broker`` and ``tls`` add credentials to requests without the sandbox ever holding them.
+The allow-list's grammar is part of the contract (``hermes_sandboxes.allowlist``: the settings, the
+recorder and every backend read it, the cloud backends map its entries onto their own egress rules),
+so it lives below this package; ``proxy``/``server`` are the proxy the local backend runs per
+sandbox, which records each connection in the audit journal (so this package sits above the
+recorder, never below it); ``broker`` and ``tls`` add credentials to requests without the sandbox
+ever holding them.
 """

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_sandboxes.allowlist import AllowList, IPAddress, parse_entry
 from hermes_sandboxes.egress.http import RequestHead
-from hermes_sandboxes.egress.policy import AllowList, IPAddress, parse_entry
 from hermes_sandboxes.errors import InvalidInput
 
 SecretLookup = Callable[[str], str | None]  # a variable's name -> its value, None when unset or unknowable

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hermes_sandboxes.allowlist import AllowList, IPAddress, canonical_host
 from hermes_sandboxes.egress import relay
 from hermes_sandboxes.egress.auditlimit import AuditLimiter, LogBudget
 from hermes_sandboxes.egress.broker import Broker, Refused
@@ -44,7 +45,6 @@ from hermes_sandboxes.egress.http import (
     request_path,
     split_authority,
 )
-from hermes_sandboxes.egress.policy import AllowList, IPAddress, canonical_host
 from hermes_sandboxes.recorder.journal import EgressRecord, Journal
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hermes_sandboxes.allowlist import AllowList
 from hermes_sandboxes.egress.auditlimit import clip
 from hermes_sandboxes.egress.broker import Broker
-from hermes_sandboxes.egress.policy import AllowList
 from hermes_sandboxes.egress.proxy import EgressProxy
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.journal import Journal

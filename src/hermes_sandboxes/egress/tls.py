@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from hermes_sandboxes.egress.policy import canonical_host
+from hermes_sandboxes.allowlist import canonical_host
 
 _CA_DAYS = 3650
 _LEAF_DAYS = 7

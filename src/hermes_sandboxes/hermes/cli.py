@@ -5,7 +5,7 @@ this Hermes loaded). ``list`` shows the sandboxes under the install's ``name_pre
 ``checkpoints``, ``diff`` and ``restore`` act on one of them, by default the profile's default sandbox
 (the one the CLI and cron use). ``network`` shows or changes a sandbox's egress allow-list (network
 ``proxy``) in place, for its next connection, and the change is recorded; a change made here is
-kept when the plugin resumes the sandbox with another ``allow`` setting (see allowlist.py). A name
+kept when the plugin resumes the sandbox with another ``allow`` setting (see hermes/allowlist.py). A name
 outside the prefix is refused, like everywhere else in the plugin.
 """
 

@@ -41,6 +41,7 @@ from tools.environments.base import BaseEnvironment, EnvironmentConnectionError
 from hermes_sandboxes.errors import CheckpointFailed, SandboxError, SandboxNotFound
 from hermes_sandboxes.hermes import conversation
 from hermes_sandboxes.hermes.handle import StreamingHandle
+from hermes_sandboxes.hermes.sync import restores
 from hermes_sandboxes.hermes.sync.filesync import Pulled, SandboxFileSync, SyncFailed
 from hermes_sandboxes.hermes.sync.leases import NotAdmitted, WriterLease
 from hermes_sandboxes.hermes.sync.teardown import CommandGate, GateClosed, Step, run_steps
@@ -80,7 +81,7 @@ class EnvironmentOptions:
     reopen: Callable[[], RecordedSandbox] | None  # persistent: resume the sandbox if it vanished
     lease: WriterLease | None = None  # remote backends: only the scope's writer syncs state
     recover: bool = False  # remote backends: recovery on resume before the first push (see sync.py)
-    # what the session must be told with its next command's output, once (e.g. allowlist.py's notes)
+    # what the session must be told with its next command's output, once (e.g. hermes/allowlist.py's notes)
     notices: list[str] = field(default_factory=list)
 
 
@@ -242,7 +243,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
         """Without a lease: whether the sandbox was restored (by anyone) since this environment's
         last push; then what was sent is void and the push must bring everything up to date (only
         what differs is sent)."""
-        token = self.recorded.restore_noted()  # written by whoever restored (CLI, API, another session)
+        token = restores.noted(self.recorded.journal.path)  # written by whoever restored (CLI, API, another session)
         restored = self._restore_seen is not None and token != self._restore_seen
         self._restore_seen = token
         if restored:
@@ -345,7 +346,7 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
             self._sync.learn_remote()
             self._admit(force=True)
         else:
-            # the recorder noted it already (HostState.recorded); a recorder built without a lease did not
+            # the recorder's on_restored hook noted it already (restores.hooks); one built without it did not
             self._own_restore = self.recorded.restore_token or lease.note_restored()
             if lease.is_writer:
                 self._admit(force=False)

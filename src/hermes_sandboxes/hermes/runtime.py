@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from hermes_sandboxes.hermes.sync import restores
 from hermes_sandboxes.hermes.sync.leases import WriterLease
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Backend
@@ -48,7 +49,7 @@ class Runtime:
     def writer_lease(self, backend: Backend, name: str) -> WriterLease:
         """This process's view of the sandbox's writer lease (one per environment: each holds its
         own lock file description, so environments of one process contend like processes do)."""
-        return self.state.writer_lease(backend.key, name)
+        return restores.writer_lease(self.state.root, backend.key, name)
 
     def forget(self) -> None:
         """Drop the cached backends (tests that tear a store down, or switch state directories)."""

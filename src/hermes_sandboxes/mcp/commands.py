@@ -96,20 +96,20 @@ class Commands:
         try:
             code = _wait(ctx, proc, timeout, started, out, err)
         except BaseException:
-            _stop(proc, "interrupted: the MCP server's wait failed")
+            proc.stop("interrupted: the MCP server's wait failed")
             raise
         finally:
             out.close()
             err.close()
         if cancelled:
-            _stop(proc, f"interrupted: the MCP client cancelled the call ({cancelled[0]})")
+            proc.stop(f"interrupted: the MCP client cancelled the call ({cancelled[0]})")
             return ToolResult.failure("cancelled by the client; the command was killed")
         timed_out = code is None
         if code is None:
-            _stop(proc, None, timed_out=True)
+            proc.stop(None, timed_out=True)
             code = TIMEOUT_EXIT_CODE
         else:
-            proc.record(code)
+            proc.finish(code)
         tree = Capability.TREE_KILL in recorded.inner.backend.capabilities
         return self._result(opened, proc, command, code, timed_out, time.monotonic() - started,
                             out, err, exec_id, tree)
@@ -198,7 +198,7 @@ def _wait(ctx: CallContext, proc: RecordedProcess, timeout: float, started: floa
     next_progress = started + PROGRESS_EVERY_S
     while True:
         now = time.monotonic()
-        code = proc.inner.wait(max(0.0, min(WAIT_SLICE_S, deadline - now, next_progress - now)))
+        code = proc.wait(max(0.0, min(WAIT_SLICE_S, deadline - now, next_progress - now)), record=False)
         if code is not None:
             return code
         now = time.monotonic()
@@ -208,21 +208,6 @@ def _wait(ctx: CallContext, proc: RecordedProcess, timeout: float, started: floa
             last = out.last_line() or err.last_line()
             ctx.progress(f"running for {now - started:.0f}s" + (f"; last output: {last}" if last else ""))
             next_progress = now + PROGRESS_EVERY_S
-
-
-def _stop(proc: RecordedProcess, why: str | None, *, timed_out: bool = False) -> None:
-    """Kill the command with all it started, wait a bounded time for it to be gone, journal it."""
-    from hermes_sandboxes.errors import SandboxError
-    from hermes_sandboxes.sandbox import KILL_GRACE_S, TIMEOUT_EXIT_CODE
-
-    code: int | None = None
-    error = why
-    try:
-        proc.kill()
-        code = proc.inner.wait(KILL_GRACE_S)
-    except SandboxError as exc:
-        error = f"{why}; {exc}" if why else str(exc)
-    proc.record(TIMEOUT_EXIT_CODE if timed_out else code, timed_out=timed_out, error=error, killed=True)
 
 
 def _command(value: Any) -> str | list[str]:

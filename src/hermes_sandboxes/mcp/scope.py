@@ -148,11 +148,17 @@ class Scope:
             if self._audit is None:
                 self._audit = state.audit(sandbox.backend, redactor.redact)
             audit = self._audit
+        from hermes_sandboxes.hermes.sync import restores
+        from hermes_sandboxes.recorder.options import Checkpointing, Credentials, Health, Retention
+
         recorded = state.recorded(
-            sandbox, redact=redactor.redact, audit=audit, redactor=redactor, policy=settings.auto_checkpoint,
-            retention=settings.retention, min_age=settings.retention_min_age,
-            protected_paths=settings.protected_paths, health_command=settings.health_command,
-            origin={"via": "mcp"}, credentials=dict(settings.credentials), lookup=os.environ.get)
+            sandbox, redact=redactor.redact, audit=audit,
+            checkpointing=Checkpointing(settings.auto_checkpoint, tuple(settings.protected_paths)),
+            retention=Retention(settings.retention, settings.retention_min_age),
+            health=Health(settings.health_command),
+            credentials=Credentials(dict(settings.credentials), os.environ.get, redactor),
+            hooks=restores.hooks(state.root),  # a restore here is noted for Hermes sessions on the sandbox
+            origin={"via": "mcp"})
         opened = _Open(recorded, redactor, threading.Lock())
         with self._lock:
             existing = self._open.setdefault(sandbox.name, opened)

@@ -8,13 +8,23 @@ The budget counts every checkpoint of the sandbox (manual and agent ones include
 and never one younger than the minimum age, the newest one named to the agent, nor (for the budget)
 the newest automatic one, which was just taken for the command about to run: a budget those
 keep over is left over (their bytes are the price of keeping what was promised).
+
+Never a manual or agent checkpoint, and what a pruning deleted of what was named to the agent is a
+broken promise, which the caller reports. A backend that cannot delete checkpoints keeps them all,
+and the result says so (``Pruned.note``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
-from hermes_sandboxes.sandbox import Checkpoint
+from hermes_sandboxes.errors import CheckpointNotFound
+from hermes_sandboxes.recorder.options import Retention
+from hermes_sandboxes.recorder.records import CheckpointDeleteRecord, RecordBase
+from hermes_sandboxes.recorder.story import Story
+from hermes_sandboxes.sandbox import Capability, Checkpoint, Sandbox
+from hermes_sandboxes.util.values import dataclass
 
 
 def doomed(autos: Sequence[Checkpoint], listed: Sequence[Checkpoint], *, keep: int, budget: int | None,
@@ -37,3 +47,42 @@ def doomed(autos: Sequence[Checkpoint], listed: Sequence[Checkpoint], *, keep: i
 def over(autos: Sequence[Checkpoint], listed: Sequence[Checkpoint], *, keep: int, budget: int | None) -> bool:
     """Whether retention asks for any deletion at all (before the protections)."""
     return len(autos) > keep or (budget is not None and sum(c.size_bytes or 0 for c in listed) > budget)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What one pruning did: the named checkpoints it deleted, and why it kept more than asked
+    (``note``, "" when it did not)."""
+
+    broken_promises: tuple[str, ...] = ()
+    note: str = ""
+
+
+def prune(sandbox: Sandbox, story: Story, rules: Retention, record: Callable[[RecordBase], None]) -> Pruned:
+    """Delete ``sandbox``'s automatic checkpoints beyond the newest ``rules.keep``, then while the
+    checkpoints' bytes are over ``rules.budget`` (see the module), each deletion recorded through
+    ``record``."""
+    listed = sandbox.checkpoints()
+    autos = [c for c in listed if (told := story.get(c.id)) is not None and told.record.trigger == "auto"]
+    backend = sandbox.backend
+    wanted = over(autos, listed, keep=rules.keep, budget=rules.budget)
+    if wanted and Capability.DELETE_CHECKPOINTS not in backend.capabilities:
+        note = (f"the {backend.name} backend cannot delete checkpoints: all {len(autos)} automatic "
+                f"checkpoints of {sandbox.name} are kept (retention asks for {rules.keep})")
+        import logging  # not for the hot path of an exec
+
+        logging.getLogger(__name__).info("%s", note)
+        return Pruned(note=note)
+    live = {c.id for c in listed}
+    newest_named = next((i for i in reversed(story.named) if i in live), None)
+    broken: list[str] = []
+    for checkpoint in doomed(autos, listed, keep=rules.keep, budget=rules.budget, protected=newest_named,
+                             young_after=time.time() - rules.min_age):
+        try:
+            sandbox.delete_checkpoint(checkpoint.id)
+        except CheckpointNotFound:
+            continue  # another process pruned it first
+        record(CheckpointDeleteRecord(sandbox=sandbox.name, id=checkpoint.id, reason="retention"))
+        if checkpoint.id in story.named:
+            broken.append(checkpoint.id)
+    return Pruned(tuple(broken))

@@ -9,19 +9,18 @@ automatic checkpoints and the audit log unchanged. What it adds:
   ``risk.wants_checkpoint``) may take an automatic checkpoint. Fail-closed: if that checkpoint
   cannot be taken, the command does not run;
 - checkpoints record the writable layer's size and, when configured, a health command's result;
-- an automatic checkpoint is not taken again when the sandbox has not changed since the checkpoint
-  it grew from (``Sandbox.changed_since`` answers False, or True but the diff holds only the agent
-  framework's scratch files): that one is reused, so a stream of commands that change nothing adds
-  no checkpoints. None (cannot tell) takes a new one;
-- retention keeps the last N automatic checkpoints and never deletes manual or agent ones, any
-  checkpoint younger than ``min_age`` seconds, nor the newest checkpoint named to the agent as its
-  undo (``promise``). A named checkpoint it did delete is reported in ``broken_promises``;
+- an automatic checkpoint is reused while the sandbox has not changed since (``autocheckpoint``);
+- retention keeps the last N automatic checkpoints (``retention``); a checkpoint named to the agent
+  that it did delete is reported in ``broken_promises``;
 - ``checkpoints()`` tells each checkpoint's story; ``restore_preview()`` says what a restore would
   throw away (diff summary where the backend can diff, and the commands since the checkpoint).
 
 - ``start()`` / ``exec()`` are the one recorded path of a command for every face: plan the
-  per-command credentials, classify, checkpoint if risky, start, and journal how it ended (an
-  interrupted or killed command included);
+  per-command credentials, classify, checkpoint if risky (``on_checkpoint`` tells the face, before
+  the command starts, which checkpoint protects it), start, and journal how it ended (an
+  interrupted, timed-out, memory-killed or killed command included: ``RecordedProcess``);
+- ``restore_preview()`` then ``restore(preview)`` are one pass: the journal read once, the
+  checkpoints listed once, the diff summarised once;
 - where the backend lacks a capability, it degrades and says so: no checkpoint deletion means
   retention keeps everything (``retention_note``), no diff means previews say why.
 
@@ -30,8 +29,13 @@ working directory, automatic checkpoint and the recording process's identity) go
 and the audit log; its end completes it. However the recording process ends (kill -9 included), a
 command that started is in the record: readers show one with no end as unfinished while its
 recorder lives and as lost once it died, and ``settle()`` (the CLI's next call that reads the
-story, or ``gc``) writes its end as lost. The write-ahead append follows the journal's own fsync
-policy.
+story, or ``gc``) writes its end as lost (``settling``). The write-ahead append follows the
+journal's own fsync policy.
+
+What it is told at construction comes as value objects (``options``: ``Checkpointing``,
+``Retention``, ``Health``, ``Credentials``, ``Hooks``). It knows no face and no agent framework: a
+face passes ``Hooks`` (which commands and files are the framework's own, what to do after a restore
+or a destroy).
 """
 
 from __future__ import annotations
@@ -39,15 +43,22 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from hermes_sandboxes.errors import CheckpointFailed, CheckpointNotFound, InvalidInput, SandboxError, Unsupported
-from hermes_sandboxes.recorder import liveness, lost
+from hermes_sandboxes.recorder import autocheckpoint, liveness, retention, settling
 from hermes_sandboxes.recorder import writeahead as intents
-from hermes_sandboxes.recorder.command import RecordedProcess, _Prepared
-from hermes_sandboxes.recorder.credentials import CredentialPlan, Redactor, SecretLookup, plan_credentials
+from hermes_sandboxes.recorder.command import Prepared, RecordedProcess
+from hermes_sandboxes.recorder.credentials import CredentialPlan, Redactor, plan_credentials
 from hermes_sandboxes.recorder.journal import Journal
+from hermes_sandboxes.recorder.options import (
+    Checkpointing,
+    Credentials,
+    Health,
+    Hooks,
+    Retention,
+    validate_policy,
+)
 from hermes_sandboxes.recorder.records import (
     MAX_OUTPUT_TAIL_CHARS,
     AllowRecord,
@@ -69,9 +80,8 @@ from hermes_sandboxes.recorder.records import (
     command_text,
     validate_trigger,
 )
-from hermes_sandboxes.recorder.story import CheckpointStory, Story
-from hermes_sandboxes.risk import CHECKPOINT_POLICIES, RiskVerdict, hermes_internal, wants_checkpoint
-from hermes_sandboxes.risk.internal import is_hermes_scratch
+from hermes_sandboxes.recorder.story import CheckpointStory, Story, fold_story
+from hermes_sandboxes.risk import RiskVerdict, wants_checkpoint
 from hermes_sandboxes.sandbox import (
     Capability,
     Checkpoint,
@@ -81,30 +91,21 @@ from hermes_sandboxes.sandbox import (
     Process,
     Sandbox,
 )
-from hermes_sandboxes.util.values import dataclass, field
+from hermes_sandboxes.util.values import dataclass, field, replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from typing_extensions import Unpack
 
-    from hermes_sandboxes.hermes.sync.leases import WriterLease
     from hermes_sandboxes.recorder.command import CommandOptions
     from hermes_sandboxes.recorder.diffsummary import DiffSummary
-    from hermes_sandboxes.recorder.records import (
-        DeleteReason,
-        Trigger,
-    )
+    from hermes_sandboxes.recorder.records import DeleteReason, Trigger
     from hermes_sandboxes.risk import CheckpointPolicy
 
-DEFAULT_RETENTION = 10
-DEFAULT_MIN_AGE = 600.0  # seconds: an automatic checkpoint this young is never pruned
 UNKNOWN_TRIGGER = "unknown"  # a checkpoint the journal has no record of (taken by other means)
-
-
-def _no_secret(name: str) -> str | None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -133,9 +134,11 @@ class StoriedCheckpoint:
 
     @property
     def checkpoint(self) -> Checkpoint:
+        """The plain checkpoint, as the backend lists it."""
         return Checkpoint(self.id, self.created_at, self.comment, self.layer_bytes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The flat schema described above (JSON-ready)."""
         return {
             "id": self.id, "created_at": self.created_at, "comment": self.comment, "trigger": self.trigger,
             "trigger_command": self.trigger_command, "previous": self.previous,
@@ -157,15 +160,18 @@ class RecordedExec:
 
 @dataclass(frozen=True)
 class RestorePreview:
-    """What restoring ``checkpoint`` would throw away."""
+    """What restoring ``checkpoint`` would throw away, as ``RecordedSandbox.restore_preview`` found it;
+    ``restore()`` takes it as it is (no second listing, journal read or diff)."""
 
     checkpoint: StoriedCheckpoint
     commands: tuple[ExecRecord, ...] | None  # None: the journal cannot tell
     changes: tuple[FileChange, ...] | None  # None: no diff (see ``diff_unavailable``)
     summary: DiffSummary | None
     diff_unavailable: str | None = None  # why there is no diff
+    include_internal: bool = False  # whether ``commands`` and ``changes`` hold the framework's own
 
     def to_dict(self) -> dict[str, Any]:
+        """``checkpoint`` (``StoriedCheckpoint.to_dict``), ``commands``, ``summary``, ``diff_unavailable``."""
         return {
             "checkpoint": self.checkpoint.to_dict(),
             "commands": None if self.commands is None else [c.to_summary() for c in self.commands],
@@ -174,25 +180,19 @@ class RestorePreview:
         }
 
 
-def _validate_policy(policy: str) -> CheckpointPolicy:
-    if policy not in CHECKPOINT_POLICIES:
-        raise InvalidInput(
-            f"unknown checkpoint policy {policy!r}: use one of {', '.join(CHECKPOINT_POLICIES)}")
-    return policy
-
-
-def _short(command: str, limit: int = 80) -> str:
-    line = " ".join(command.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+OnCheckpoint = Callable[[StoriedCheckpoint, RiskVerdict, bool], None]
 
 
 class RecordedSandbox:
     """A Sandbox whose execs, checkpoints, restores and deletions are journaled.
 
     ``journal`` is this sandbox's own journal; ``audit``, when given, is the log shared by every
-    sandbox and receives the same records. ``health_command`` runs inside the sandbox before the
-    checkpoints whose trigger is in ``health_on`` (by default not before automatic ones, which
-    would run the test suite before every risky command)."""
+    sandbox and receives the same records. The rest comes as value objects (``options``; None: the
+    defaults, which mean nothing special): ``checkpointing`` (when to take an automatic
+    checkpoint), ``retention`` (how many to keep), ``health`` (what to run before a checkpoint),
+    ``credentials`` (per-command secrets), ``hooks`` (what the face teaches it), and ``origin``
+    (tags every record carries). InvalidInput for an unknown policy or a retention that keeps
+    nothing; Unsupported for a policy other than off on a backend that cannot checkpoint."""
 
     def __init__(
         self,
@@ -200,49 +200,35 @@ class RecordedSandbox:
         journal: Journal,
         audit: Journal | None = None,
         *,
-        policy: CheckpointPolicy = "off",
-        retention: int = DEFAULT_RETENTION,
-        min_age: float = DEFAULT_MIN_AGE,
-        retention_bytes: int | None = None,
-        protected_paths: Sequence[str] = (),
-        health_command: Command | None = None,
-        health_timeout: float | None = 600.0,
-        health_on: Collection[Trigger] = ("manual", "agent"),
+        checkpointing: Checkpointing | None = None,
+        retention: Retention | None = None,
+        health: Health | None = None,
+        credentials: Credentials | None = None,
+        hooks: Hooks | None = None,
         origin: Mapping[str, str] | None = None,
-        credentials: Mapping[str, str] | None = None,
-        lookup: SecretLookup = _no_secret,
-        redactor: Redactor | None = None,
-        scope_lease: Callable[[], WriterLease] | None = None,
     ) -> None:
-        if retention < 1:
-            raise InvalidInput(
-                f"checkpoint retention must keep at least 1 automatic checkpoint, not {retention}")
         self._inner = sandbox
         self._journal = journal
         self._audit = audit if audit is not None and audit.path != journal.path else None
         self._markers = intents.Markers(journal.path)
-        if min_age < 0:
-            raise InvalidInput(f"the minimum age of a prunable checkpoint cannot be negative, not {min_age}")
-        self.policy = _validate_policy(policy)
-        self.retention = retention
-        self.min_age = min_age
-        self.retention_bytes = retention_bytes  # a budget on the checkpoints' bytes (retention.py)
-        self.broken_promises: tuple[str, ...] = ()  # named checkpoints the last pruning deleted
-        self.protected_paths = tuple(protected_paths)
-        self.health_command = health_command
-        self.health_timeout = health_timeout
-        self.health_on = frozenset(validate_trigger(t) for t in health_on)
+        self.checkpointing = (checkpointing or Checkpointing()).validated()
+        self.retention = (retention or Retention()).validated()
+        health = health or Health()
+        self.health = replace(health, on=frozenset(validate_trigger(t) for t in health.on))
+        self.credentials = credentials or Credentials()
+        self.redactor = self.credentials.redactor if self.credentials.redactor is not None else Redactor()
+        self.hooks = hooks or Hooks()
         self.origin = dict(origin or {})
-        self.credentials = dict(credentials or {})  # program -> secret name
-        self.lookup = lookup
-        self.redactor = redactor if redactor is not None else Redactor()
+        self.broken_promises: tuple[str, ...] = ()  # named checkpoints the last pruning deleted
         self.retention_note = ""  # set when retention had to keep more than it was asked to
-        # the sandbox's writer lease (hermes/sync/leases.py), made only when needed: a restore is noted there, so
-        # a running Hermes session re-syncs its state, and its files go with the sandbox
-        self._scope_lease = scope_lease
-        self.restore_token = ""  # the token the last restore through this object noted ("": none)
+        self.restore_token = ""  # what ``hooks.on_restored`` returned for the last restore through this object
         if self.policy != "off":
             self._require_checkpoints()
+
+    @property
+    def policy(self) -> CheckpointPolicy:
+        """The sandbox's checkpoint policy (``checkpointing.policy``)."""
+        return self.checkpointing.policy
 
     @property
     def inner(self) -> Sandbox:
@@ -251,10 +237,12 @@ class RecordedSandbox:
 
     @property
     def name(self) -> str:
+        """The sandbox's name."""
         return self._inner.name
 
     @property
     def journal(self) -> Journal:
+        """This sandbox's own journal."""
         return self._journal
 
     def _record(self, record: RecordBase) -> None:
@@ -262,7 +250,9 @@ class RecordedSandbox:
         if self._audit is not None:
             self._audit.append(record)
 
-    def _story(self, include_internal: bool = False) -> Story:
+    def story(self, *, include_internal: bool = False) -> Story:
+        """The story folded from the journal now (the framework's own commands left out unless
+        ``include_internal``). Reads the journal each time."""
         return self._journal.story(self.name, include_internal=include_internal)
 
     def _require_checkpoints(self) -> None:
@@ -280,29 +270,35 @@ class RecordedSandbox:
 
     # -- commands -------------------------------------------------------------------------------
 
-    def _prepare(self, command: Command, options: CommandOptions) -> _Prepared:
-        """Everything before a command starts: its credentials, its automatic checkpoint, its origin,
-        and the record written ahead of it (from then on the journal knows it may have run)."""
+    def _prepare(self, command: Command, options: CommandOptions) -> Prepared:
+        """Everything before a command starts: its credentials, its automatic checkpoint (told to
+        ``on_checkpoint``), its origin, and the record written ahead of it (from then on the journal
+        knows it may have run)."""
         self._settle_pending()
         internal = options.get("internal", False)
         record_as = options.get("record_as")
         text = record_as if record_as is not None else command_text(command)
-        plan = plan_credentials(text, self.credentials, self.lookup) if not internal else CredentialPlan()
+        plan = (plan_credentials(text, self.credentials.programs, self.credentials.lookup) if not internal
+                else CredentialPlan())
         for name, value in plan.env.items():
             self.redactor.add(name, value)
-        auto, verdict = options.get("auto_checkpoint"), RiskVerdict(False, ())
-        if not internal and auto is None:
+        auto, verdict = None, RiskVerdict(False, ())
+        if not internal:
             try:
-                auto, verdict = self.checkpoint_if_risky(text, policy=options.get("checkpoint"), cwd=options.get("cwd"))
+                auto, verdict, fresh = self._checkpoint_if_risky(text, options.get("checkpoint"), options.get("cwd"))
             except (CheckpointFailed, InvalidInput):
                 raise
             except SandboxError as exc:  # fail closed: no checkpoint, no risky command
                 raise CheckpointFailed(f"the automatic checkpoint of sandbox {self.name} before this command "
                                        f"failed ({exc}); the command was not run") from exc
+            on_checkpoint = options.get("on_checkpoint")
+            if auto is not None and on_checkpoint is not None:
+                on_checkpoint(auto, verdict, fresh)
         tags = {**(options.get("origin") or {})}
         if plan.used:
             tags["credentials"] = ",".join(plan.used)  # names only, never values
-        internal = internal or verdict.internal is not None  # the framework's housekeeping, by its shape
+        # the framework's housekeeping, by its shape (the classifier's verdict, else the face's hook)
+        internal = internal or verdict.internal is not None or self.hooks.internal(text) is not None
         exec_id = os.urandom(8).hex()
         tag = exec_id if Capability.KILL_TAGGED in self._inner.backend.capabilities else None
         start = ExecStartRecord(sandbox=self.name, id=exec_id, command=text, cwd=options.get("cwd"),
@@ -311,14 +307,16 @@ class RecordedSandbox:
                                 tag=tag)
         self._markers.add(exec_id)  # first: a later call finds it if we die (see settle)
         self._record(start)
-        return _Prepared(text, {**(options.get("env") or {}), **plan.env}, tags, plan, auto, verdict, internal,
-                         exec_id, {} if tag is None else {"tag": tag})
+        return Prepared(text, {**(options.get("env") or {}), **plan.env}, tags, plan, auto, verdict, internal,
+                        exec_id, {} if tag is None else {"tag": tag})
 
     def start(self, command: Command, **options: Unpack[CommandOptions]) -> RecordedProcess:
         """Start ``command`` the recorded way: credentials for the programs it runs, an automatic
-        checkpoint first if the policy wants one (if it cannot be taken, nothing runs), a record
-        written ahead that it starts, and its end journaled when ``wait()`` sees it. See
-        ``CommandOptions`` for the options."""
+        checkpoint first if the policy wants one (told to ``on_checkpoint`` before the command
+        starts; if it cannot be taken, nothing runs: CheckpointFailed), a record written ahead that
+        it starts, and its end journaled however it ends (see ``RecordedProcess``). See
+        ``CommandOptions`` for the options. SandboxError when the sandbox cannot start it (that
+        failure is journaled too)."""
         ready = self._prepare(command, options)
         return self._launched(ready, lambda: self._inner.start(
             command, cwd=options.get("cwd"), env=ready.env, stdin=options.get("stdin"),
@@ -327,28 +325,34 @@ class RecordedSandbox:
     def attach(self, command: Command, fds: tuple[int, int, int], **options: Unpack[CommandOptions]) -> RecordedProcess:
         """Run ``command`` on the caller's descriptors (an interactive shell on a terminal, see
         ``Sandbox.attach``) the recorded way, as ``start`` does: written ahead, its end journaled
-        when ``wait()`` sees it. ``stdin``, ``on_stdout`` and ``on_stderr`` do not apply."""
+        however it ends. ``stdin``, ``on_stdout`` and ``on_stderr`` do not apply."""
         ready = self._prepare(command, options)
         return self._launched(ready, lambda: self._inner.attach(
             command, fds, cwd=options.get("cwd"), env=ready.env, **ready.tagged))
 
-    def _launched(self, ready: _Prepared, launch: Callable[[], Process]) -> RecordedProcess:
+    def _launched(self, ready: Prepared, launch: Callable[[], Process]) -> RecordedProcess:
         """``launch()``'s process, recorded as ``ready`` describes; a start that fails is journaled."""
+        oom_before = self._oom_kills()
         try:
             inner = launch()
         except SandboxError as exc:
             self.record_exec(ready.text, None, 0.0, origin=ready.tags, error=str(exc), internal=ready.internal,
                              exec_id=ready.id)
             raise
-        return RecordedProcess(self, inner, ready.text, origin=ready.tags, internal=ready.internal,
-                               auto_checkpoint=ready.auto, verdict=ready.verdict, credentials=ready.plan,
-                               exec_id=ready.id)
+        return RecordedProcess(self, inner, ready, oom_before=oom_before)
+
+    def _oom_kills(self) -> int | None:
+        try:
+            return self._inner.oom_kills()
+        except (SandboxError, OSError):
+            return None
 
     def exec(self, command: Command, *, timeout: float | None = None, capture_limit: int = 256 * 1024,
              **options: Unpack[CommandOptions]) -> RecordedExec:
         """Run ``command`` to its end (or ``timeout``) the recorded way (see ``start``). A command
         that an interrupt (Ctrl-C, a signal turned into an exception) stops is killed by the
-        sandbox's exec and journaled as killed before the interrupt goes on."""
+        sandbox's exec and journaled as killed before the interrupt goes on. Raises what ``start``
+        raises."""
         ready = self._prepare(command, options)
         started = time.monotonic()
         ending: dict[str, Any] = {"origin": ready.tags, "internal": ready.internal, "exec_id": ready.id}
@@ -370,32 +374,13 @@ class RecordedSandbox:
 
     def settle(self) -> list[Record]:
         """Record the end of what processes that died (kill -9, a crash, a lost host) left open in
-        this sandbox's journal: their commands, as lost, each stopped inside first if it still runs
-        (see ``lost``; one the sandbox cannot be reached to stop stays open for a later call), and
-        their restores and checkpoints, as the sandbox shows them (see ``intents``). Returns the
-        records written."""
-        written: list[Record] = self._journal_idle_stops()  # first: lost commands may have ended with it
-        story = self._story(include_internal=True)
-        still_open: set[str] = set()
-        for start in story.orphans():
-            end = lost.end_of_lost(self._inner, start)
-            if end is None:
-                still_open.add(start.id)
-                continue
-            self._record(end)
-            written.append(end)
-        journaled = set(story.checkpoints)
-        for intent in list(story.intents.values()):
-            if intent.owner is not None and liveness.alive(intent.owner):
-                continue
-            ended = intents.settle(self._inner, intent, journaled)
-            self._record(ended)
-            written.append(ended)
-            if isinstance(ended, CheckpointRecord):
-                journaled.add(ended.id)
-        for dead in set(self._markers.dead()) - still_open:
-            self._markers.remove(dead)
-        return written
+        this sandbox's journal (see ``settling``), after the idle stops the sandbox made on its own
+        (lost commands may have ended with one). Returns the records written."""
+        written = self._journal_idle_stops()
+        return written + self._settle(self.story(include_internal=True))
+
+    def _settle(self, story: Story) -> list[Record]:
+        return settling.settle(self._inner, story, self._markers, self._record)
 
     def _settle_pending(self) -> None:
         """Settle first when a process died with a command, restore or checkpoint under way (its
@@ -425,7 +410,7 @@ class RecordedSandbox:
             yield
         except BaseException as exc:
             with contextlib.suppress(SandboxError):  # cannot judge now: a later call will, once we are gone
-                journaled = set(self._story(include_internal=True).checkpoints)
+                journaled = set(self.story(include_internal=True).checkpoints)
                 why = f"it failed ({type(exc).__name__}: {exc})"
                 self._record(intents.settle(self._inner, intent, journaled, why))
                 self._markers.remove(intent.intent)
@@ -435,38 +420,35 @@ class RecordedSandbox:
     def checkpoint_if_risky(self, command: str, *, policy: CheckpointPolicy | None = None,
                             cwd: str | None = None) -> tuple[StoriedCheckpoint | None, RiskVerdict]:
         """The automatic checkpoint before ``command``, when the policy (``policy`` overrides the
-        sandbox's) wants one. Raises if it cannot be taken: callers must not run the command then."""
-        chosen = self.policy if policy is None else _validate_policy(policy)
-        verdict = wants_checkpoint(chosen, command, protected_paths=self.protected_paths,
-                                   exists=self._exists, cwd=cwd)
-        if not verdict.risky:
-            return None, verdict
-        self.broken_promises = ()
-        if (unchanged := self._unchanged_base()) is not None:
-            return unchanged, verdict
-        why = f" ({', '.join(verdict.reasons)})" if verdict.reasons else ""
-        taken = self.checkpoint(f"before: {_short(command)}{why}", trigger="auto", trigger_command=command)
+        sandbox's) wants one: a new one, or the last one when nothing changed since
+        (``autocheckpoint``). Raises if it cannot be taken: callers must not run the command then."""
+        taken, verdict, _ = self._checkpoint_if_risky(command, policy, cwd)
         return taken, verdict
 
-    def _unchanged_base(self) -> StoriedCheckpoint | None:
-        """The checkpoint the sandbox grew from, if the backend can tell nothing changed since but
-        the agent framework's scratch files (Hermes rewrites its shell snapshot after every command)."""
-        base = self._story().base
-        if base is None:
-            return None
-        try:
-            changed = self._inner.changed_since(base)
-            # A store that answers cheaply also diffs in proportion to the change: look at what it was.
-            if changed is None or (changed and not self._only_scratch_changed(base)):
-                return None
-            return self.get_checkpoint(base)
-        except SandboxError:  # gone, or the backend cannot say: a new checkpoint is the safe answer
-            return None
+    def _checkpoint_if_risky(self, command: str, policy: CheckpointPolicy | None,
+                             cwd: str | None) -> tuple[StoriedCheckpoint | None, RiskVerdict, bool]:
+        """As ``checkpoint_if_risky``, and whether the checkpoint was taken now (False: reused)."""
+        chosen = self.policy if policy is None else validate_policy(policy)
+        verdict = wants_checkpoint(chosen, command, protected_paths=self.checkpointing.protected_paths,
+                                   exists=self._exists, cwd=cwd)
+        if not verdict.risky:
+            return None, verdict, False
+        self.broken_promises = ()
+        if (unchanged := self._unchanged_base()) is not None:
+            return unchanged, verdict, False
+        taken = self.checkpoint(autocheckpoint.comment(command, verdict), trigger="auto", trigger_command=command)
+        return taken, verdict, True
 
-    def _only_scratch_changed(self, base: str) -> bool:
-        if Capability.DIFF not in self._inner.backend.capabilities:
-            return False
-        return all(is_hermes_scratch(c.path) for c in self._inner.diff(base))
+    def _unchanged_base(self) -> StoriedCheckpoint | None:
+        """The checkpoint the sandbox grew from, if nothing but scratch files changed since."""
+        base = self.story().base
+        if not autocheckpoint.unchanged_since(self._inner, base, self.hooks.scratch):
+            return None
+        assert base is not None
+        try:
+            return self.get_checkpoint(base)
+        except SandboxError:  # gone since: a new checkpoint is the safe answer
+            return None
 
     def promise(self, checkpoint_id: str) -> None:
         """Record that ``checkpoint_id`` was named to the agent as the way to undo a command:
@@ -478,10 +460,10 @@ class RecordedSandbox:
                     internal: bool | None = None, exec_id: str | None = None) -> None:
         """Journal (and audit) how a command ended; ``origin`` adds to the sandbox's own tags. Used
         by ``start``/``exec``/``attach`` and by faces that run a command past them.
-        ``internal`` marks housekeeping the agent framework sent by itself; None recognises it from
-        the text. ``exec_id`` is the id of the record written ahead of the command, if any."""
+        ``internal`` marks housekeeping the agent framework sent by itself; None asks
+        ``hooks.internal``. ``exec_id`` is the id of the record written ahead of the command, if any."""
         if internal is None:
-            internal = hermes_internal(command) is not None
+            internal = self.hooks.internal(command) is not None
         self._record(ExecRecord(sandbox=self.name, command=command, exit_code=exit_code,
                                 duration_s=duration_s, timed_out=timed_out,
                                 origin={**self.origin, **(origin or {})}, error=error, killed=killed,
@@ -502,11 +484,13 @@ class RecordedSandbox:
     def checkpoint(self, comment: str = "", *, trigger: Trigger = "manual",
                    trigger_command: str | None = None, health: bool | None = None) -> StoriedCheckpoint:
         """Take a checkpoint and record its story. ``health`` forces the health command on or off;
-        by default it runs when one is configured and ``trigger`` is in ``health_on``."""
+        by default it runs when one is configured and ``trigger`` is in ``health.on``. An automatic
+        one prunes older ones (``retention``). Unsupported where the backend cannot checkpoint;
+        CheckpointFailed (or the backend's SandboxError) when it could not be taken."""
         trigger = validate_trigger(trigger)
         self._require_checkpoints()
-        run_health = self.health_command is not None and (
-            trigger in self.health_on if health is None else health)
+        run_health = self.health.command is not None and (
+            trigger in self.health.on if health is None else health)
         checked = self._run_health() if run_health else None
         self._settle_pending()
         ahead = CheckpointStartRecord(sandbox=self.name, intent=intents.token(), comment=comment, trigger=trigger,
@@ -519,65 +503,44 @@ class RecordedSandbox:
                                           trigger_command=trigger_command, layer_bytes=taken.size_bytes,
                                           health=checked, intent=ahead.intent))
         if trigger == "auto":
-            self._prune()
-        return self._enrich(taken, self._story(), live=None)
+            pruned = retention.prune(self._inner, self.story(), self.retention, self._record)
+            self.broken_promises, self.retention_note = pruned.broken_promises, pruned.note or self.retention_note
+        return self._enrich(taken, self.story(), live=None)
 
     def _run_health(self) -> HealthCheck:
-        assert self.health_command is not None
-        text = command_text(self.health_command)
+        command = self.health.command
+        assert command is not None
+        text = command_text(command)
         try:
-            result = self._inner.exec(self.health_command, timeout=self.health_timeout,
+            result = self._inner.exec(command, timeout=self.health.timeout,
                                       capture_limit=4 * MAX_OUTPUT_TAIL_CHARS)
         except SandboxError as exc:  # a broken health check must not cost the user the checkpoint
             return HealthCheck(text, None, False, str(exc))
         output = (result.stdout + result.stderr)[-MAX_OUTPUT_TAIL_CHARS:]
         return HealthCheck(text, result.exit_code, result.ok and not result.timed_out, output)
 
-    def _prune(self) -> None:
-        """Delete the automatic checkpoints beyond the newest ``retention``, then while the
-        checkpoints' bytes are over ``retention_bytes`` (see retention.py); never the others, nor
-        one younger than ``min_age``, nor the newest one named to the agent. A backend that cannot
-        delete checkpoints keeps them all, and ``retention_note`` says so."""
-        from hermes_sandboxes.recorder import retention  # after an automatic checkpoint only
-
-        story = self._story()
-        listed = self._inner.checkpoints()
-        autos = [c for c in listed if (told := story.get(c.id)) is not None and told.record.trigger == "auto"]
-        wanted = retention.over(autos, listed, keep=self.retention, budget=self.retention_bytes)
-        if wanted and Capability.DELETE_CHECKPOINTS not in self._inner.backend.capabilities:
-            self.retention_note = (
-                f"the {self._inner.backend.name} backend cannot delete checkpoints: all {len(autos)} automatic "
-                f"checkpoints of {self.name} are kept (retention asks for {self.retention})")
-            import logging  # not for the hot path of an exec
-
-            logging.getLogger(__name__).info("%s", self.retention_note)
-            return
-        live = {c.id for c in listed}
-        newest_named = next((i for i in reversed(story.named) if i in live), None)
-        broken: list[str] = []
-        for checkpoint in retention.doomed(autos, listed, keep=self.retention, budget=self.retention_bytes,
-                                           protected=newest_named, young_after=time.time() - self.min_age):
-            try:
-                self._inner.delete_checkpoint(checkpoint.id)
-            except CheckpointNotFound:
-                continue  # another process pruned it first
-            self._record(CheckpointDeleteRecord(sandbox=self.name, id=checkpoint.id, reason="retention"))
-            if checkpoint.id in story.named:
-                broken.append(checkpoint.id)
-        self.broken_promises = tuple(broken)
-
     def checkpoints(self, *, include_internal: bool = False) -> list[StoriedCheckpoint]:
         """The sandbox's checkpoints, oldest first, each with its story (the agent framework's own
         housekeeping commands left out unless ``include_internal``, which also lists the checkpoints a
-        service made by itself)."""
-        listed = self._inner.all_checkpoints() if include_internal else self._inner.checkpoints()
-        story, live = self._story(include_internal), {c.id for c in listed}
+        service made by itself). SandboxError when the backend cannot list them."""
+        listed = self._listed(include_internal)
+        story, live = self.story(include_internal=include_internal), {c.id for c in listed}
         return [self._enrich(c, story, live) for c in listed]
 
     def get_checkpoint(self, checkpoint_id: str, *, include_internal: bool = False) -> StoriedCheckpoint:
-        for checkpoint in self.checkpoints(include_internal=include_internal):
+        """One checkpoint with its story (see ``checkpoints``); CheckpointNotFound when the sandbox
+        has none by that id."""
+        return self._find(checkpoint_id, self._listed(include_internal), self.story(include_internal=include_internal))
+
+    def _listed(self, include_internal: bool) -> list[Checkpoint]:
+        """The backend's checkpoints; with ``include_internal`` also those a service made by itself."""
+        return self._inner.all_checkpoints() if include_internal else self._inner.checkpoints()
+
+    def _find(self, checkpoint_id: str, listed: Sequence[Checkpoint], story: Story) -> StoriedCheckpoint:
+        live = {c.id for c in listed}
+        for checkpoint in listed:
             if checkpoint.id == checkpoint_id:
-                return checkpoint
+                return self._enrich(checkpoint, story, live)
         raise CheckpointNotFound(
             f"sandbox {self.name} has no checkpoint {checkpoint_id!r}; list them with "
             f"`hermes-sandboxes checkpoint list {self.name}`"
@@ -605,8 +568,9 @@ class RecordedSandbox:
     def set_allow(self, allow: Sequence[str], *, previous: Sequence[str] | None = None) -> tuple[str, ...]:
         """Replace the sandbox's egress allow-list (``Sandbox.set_allow``) and record the change in
         its journal and the audit log; returns the list as set. ``previous``, the list before, is
-        what the record compares with (None: not known)."""
-        from hermes_sandboxes.egress.policy import validate  # only when a list changes
+        what the record compares with (None: not known). InvalidInput for an entry that does not
+        parse; Unsupported where the backend has no allow-list."""
+        from hermes_sandboxes.allowlist import validate  # only when a list changes
 
         entries = validate(allow)
         self._inner.set_allow(entries)
@@ -617,14 +581,14 @@ class RecordedSandbox:
     def change_allow(self, *, replace: Sequence[str] | None = None, add: Sequence[str] = (),
                      remove: Sequence[str] = ()) -> tuple[str, ...]:
         """The egress allow-list replaced by ``replace``, or the current one with ``add`` and without
-        ``remove`` (``policy.edited``), set and recorded as ``set_allow`` does; returns the new list.
+        ``remove`` (``allowlist.edited``), set and recorded as ``set_allow`` does; returns the new list.
         Unsupported where the backend has no allow-list, InvalidInput for a sandbox whose network is
         not "proxy" (chosen at creation) or an entry to remove that the list does not hold.
 
         The read, the change and the record happen under the sandbox's allow-list lock
         (``allow_lock``), which every face takes (CLI, Hermes command, this API): two changes made
         at once on this host both land, one after the other."""
-        from hermes_sandboxes.egress.policy import edited  # only when a list changes
+        from hermes_sandboxes.allowlist import edited  # only when a list changes
 
         backend = self._inner.backend
         if Capability.EGRESS_ALLOWLIST not in backend.capabilities:
@@ -642,8 +606,9 @@ class RecordedSandbox:
 
     def allow_lock(self) -> contextlib.AbstractContextManager[None]:
         """The cross-process lock of this sandbox's egress allow-list (a file beside its journal):
-        hold it around any read-modify-write of the list."""
-        from hermes_sandboxes.hermes.sync.leases import exclusive
+        hold it around any read-modify-write of the list. SandboxError when another process holds
+        it for a minute."""
+        from hermes_sandboxes.util.flock import exclusive
 
         path = self._journal.path
         return exclusive(path.with_name(path.name + ".allow.lock"),
@@ -651,34 +616,53 @@ class RecordedSandbox:
 
     # -- restore, delete, destroy ---------------------------------------------------------------
 
-    def restore_preview(self, checkpoint_id: str, *, diff: bool = True,
-                        include_internal: bool = False) -> RestorePreview:
-        """What restoring ``checkpoint_id`` would throw away; changes nothing. The agent framework's
-        housekeeping (its commands and scratch files) is left out unless ``include_internal``."""
-        checkpoint = self.get_checkpoint(checkpoint_id, include_internal=include_internal)
-        since = self._story(include_internal).commands_since(checkpoint_id, created_at=checkpoint.created_at)
-        commands = None if since is None else tuple(since)
+    def restore_preview(self, checkpoint_id: str, *, diff: bool = True, include_internal: bool = False,
+                        settle: bool = False) -> RestorePreview:
+        """What restoring ``checkpoint_id`` would throw away; changes nothing in the sandbox. The
+        agent framework's housekeeping (its commands and scratch files) is left out unless
+        ``include_internal``. With ``settle``, what dead processes left open is settled first (see
+        ``settle``), from the same reading of the journal. ``diff=False`` leaves the diff for
+        ``with_diff``. One listing of the checkpoints, one reading of the journal, one diff.
+        CheckpointNotFound for an unknown id."""
+        if settle:
+            self._journal_idle_stops()  # first, as ``settle`` does (written before the journal is read)
+        records = self._journal.records(sandbox=self.name)
+        if settle:
+            records += self._settle(fold_story(records, include_internal=True))
+        story = fold_story(records, include_internal=include_internal)
+        checkpoint = self._find(checkpoint_id, self._listed(include_internal), story)
+        since = story.commands_since(checkpoint_id, created_at=checkpoint.created_at)
+        preview = RestorePreview(checkpoint, None if since is None else tuple(since), None, None, "not asked for",
+                                 include_internal=include_internal)
+        return self.with_diff(preview) if diff else preview
+
+    def with_diff(self, preview: RestorePreview) -> RestorePreview:
+        """``preview`` with the file changes since its checkpoint and their summary (or why there are
+        none: a backend that cannot diff)."""
         backend = self._inner.backend
-        if not diff:
-            return RestorePreview(checkpoint, commands, None, None, "not asked for")
         if Capability.DIFF not in backend.capabilities:
-            return RestorePreview(checkpoint, commands, None, None,
-                                  f"the {backend.name} backend cannot diff checkpoints")
+            return replace(preview, diff_unavailable=f"the {backend.name} backend cannot diff checkpoints")
         try:
-            changes = tuple(c for c in self._inner.diff(checkpoint_id)
-                            if include_internal or not is_hermes_scratch(c.path))
+            changes = tuple(c for c in self._inner.diff(preview.checkpoint.id)
+                            if preview.include_internal or not self.hooks.scratch(c.path))
         except Unsupported as exc:
-            return RestorePreview(checkpoint, commands, None, None, str(exc))
+            return replace(preview, diff_unavailable=str(exc))
         from hermes_sandboxes.recorder.diffsummary import summarize  # previews only: off the hot path of exec
 
-        return RestorePreview(checkpoint, commands, changes, summarize(changes))
+        return replace(preview, changes=changes, summary=summarize(changes), diff_unavailable=None)
 
-    def restore(self, checkpoint_id: str, *, include_internal: bool = False) -> list[ExecRecord] | None:
-        """Restore and record it; returns the commands thrown away (None: the journal cannot tell),
-        the agent framework's own housekeeping left out unless ``include_internal``."""
+    def restore(self, checkpoint: str | RestorePreview, *, include_internal: bool = False) -> list[ExecRecord] | None:
+        """Restore to ``checkpoint`` (an id, or the preview of it, whose findings are used as they
+        are) and record it; returns the commands thrown away (None: the journal cannot tell), the
+        agent framework's own housekeeping left out unless ``include_internal``. ``hooks.on_restored``
+        runs afterwards, also when the restore failed. CheckpointNotFound for an unknown id; the
+        backend's SandboxError when the restore failed."""
         self._settle_pending()
-        checkpoint = self.get_checkpoint(checkpoint_id)
-        discarded = self._story(include_internal).commands_since(checkpoint_id, created_at=checkpoint.created_at)
+        if isinstance(checkpoint, str) or checkpoint.include_internal != include_internal:
+            checkpoint = self.restore_preview(checkpoint if isinstance(checkpoint, str) else checkpoint.checkpoint.id,
+                                              diff=False, include_internal=include_internal)
+        checkpoint_id = checkpoint.checkpoint.id
+        discarded = None if checkpoint.commands is None else list(checkpoint.commands)
         ahead = RestoreStartRecord(sandbox=self.name, id=checkpoint_id, intent=intents.token(),
                                    discarded=len(discarded or ()), owner=liveness.current())
         try:
@@ -688,62 +672,33 @@ class RecordedSandbox:
                                            intent=ahead.intent))
         except BaseException:
             with contextlib.suppress(Exception):  # a failed restore may have changed files all the same
-                self._note_restored()
+                self._restored()
             raise
-        self._note_restored()
+        self._restored()
         return discarded
 
-    def _note_restored(self) -> None:
-        """Tell every Hermes session on this host that the sandbox's files went back in time, so each
-        brings its ``~/.hermes`` up to date before its next command: a token beside the journal
-        (``restore_noted``: sessions without a writer lease read it) and, while a Hermes process holds
-        the scope's writer lease, the lease's restore stamp (hermes/sync/leases.py: its writer re-syncs, readers
-        wait). With no holder the stamp is removed again at once: the next writer pushes all anyway."""
-        if self._scope_lease is None:
-            return
-        try:
-            lease = self._scope_lease()
-            self.restore_token = lease.note_restored()
-            _write_token(self._restore_note_path, self.restore_token)
-            lease.discard()
-        except OSError as exc:
-            raise SandboxError(f"sandbox {self.name} was restored, but running Hermes sessions could not be told "
-                               f"({exc}); their next command may see stale ~/.hermes files: restart them") from exc
-
-    @property
-    def _restore_note_path(self) -> Path:
-        path = self._journal.path
-        return path.with_name(path.name + ".restored")
-
-    def restore_noted(self) -> str:
-        """The token of the last restore of this sandbox noted on this host ("" if none)."""
-        try:
-            return self._restore_note_path.read_text()
-        except FileNotFoundError:
-            return ""
+    def _restored(self) -> None:
+        if self.hooks.on_restored is not None:
+            self.restore_token = self.hooks.on_restored(self)
 
     def delete_checkpoint(self, checkpoint_id: str, *, reason: DeleteReason = "manual") -> None:
+        """Delete a checkpoint and record why. CheckpointNotFound for an unknown id; Unsupported
+        where the backend cannot delete checkpoints."""
         self._inner.delete_checkpoint(checkpoint_id)
         self._record(CheckpointDeleteRecord(sandbox=self.name, id=checkpoint_id, reason=reason))
 
     def destroy(self) -> None:
+        """Destroy the sandbox and record it; ``hooks.on_destroyed`` runs afterwards. The backend's
+        SandboxError when it could not be destroyed (nothing is recorded then)."""
         self._inner.destroy()
         self._record(DestroyRecord(sandbox=self.name))
         self._markers.clear()  # nothing runs in it any more: nothing to stop
-        if self._scope_lease is not None:  # its lease files go with it, unless a Hermes process holds them
-            self._scope_lease().discard()
+        if self.hooks.on_destroyed is not None:
+            self.hooks.on_destroyed(self)
 
     def close(self) -> None:
         """Close the journal (the audit log may be shared: its owner closes it)."""
         self._journal.close()
-
-
-def _write_token(path: Path, token: str) -> None:
-    """``token`` as ``path``'s whole content, replaced in one rename (a reader never sees half)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temp.write_text(token)
-    os.replace(temp, path)
 
 
 def _since_listed(

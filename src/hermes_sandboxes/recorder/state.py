@@ -7,12 +7,12 @@ id of where a backend's sandboxes live, so two local stores or two Sprites accou
 
     <state>/<backend key>/audit.jsonl               every event of that backend's sandboxes
     <state>/<backend key>/journals/<sandbox>.jsonl  one sandbox's checkpoint journal
-    <state>/leases/<digest>.*                       writer leases of remote sandboxes (hermes/sync/leases.py)
+    <state>/leases/<digest>.*                       Hermes's writer leases (hermes/sync/leases.py)
 
 ``<state>`` is ``$HERMES_SANDBOXES_STATE``, else ``$XDG_STATE_HOME/hermes-sandboxes``, else
 ``~/.local/state/hermes-sandboxes``. ``recorded()`` is the one place a ``RecordedSandbox`` is built
-(CLI, Hermes adapter, demo), so every face journals the same way, and notes a restore in the
-sandbox's lease for running Hermes sessions the same way.
+(CLI, Hermes adapter, demo), so every face journals the same way; what a face adds (its agent
+framework's hooks: the Hermes ones note a restore for running Hermes sessions) it passes in.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot 
 if TYPE_CHECKING:
     from typing import Any
 
-    from hermes_sandboxes.hermes.sync.leases import WriterLease
     from hermes_sandboxes.recorder.sandbox import RecordedSandbox
     from hermes_sandboxes.sandbox import Backend, Sandbox
 
@@ -59,12 +58,6 @@ class HostState:
         self.root = Path(root).absolute() if root is not None else default_state_dir()
         self.durable = durable
 
-    def writer_lease(self, backend_key: str, sandbox: str) -> WriterLease:
-        """One view of the writer lease of a remote sandbox (see hermes/sync/leases.py), under ``<state>/leases``."""
-        from hermes_sandboxes.hermes.sync.leases import WriterLease
-
-        return WriterLease(self.root / "leases", f"{backend_key}/{sandbox}", label=sandbox)
-
     def backend_dir(self, backend_key: str) -> Path:
         return self.root / _backend_key(backend_key)
 
@@ -83,11 +76,10 @@ class HostState:
     def recorded(self, sandbox: Sandbox, *, redact: RedactFn | None = None, audit: Journal | None = None,
                  **options: Any) -> RecordedSandbox:
         """``sandbox`` with its journal and its backend's audit log; ``options`` go to
-        ``RecordedSandbox`` (policy, retention, credentials, ...). ``audit`` shares one open log
-        between many sandboxes of a process."""
+        ``RecordedSandbox`` (checkpointing, retention, health, credentials, hooks, origin).
+        ``audit`` shares one open log between many sandboxes of a process."""
         from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 
         backend = sandbox.backend
-        options.setdefault("scope_lease", lambda: self.writer_lease(backend.key, sandbox.name))
         return RecordedSandbox(sandbox, self.journal(backend, sandbox.name, redact),
                                audit if audit is not None else self.audit(backend, redact), **options)

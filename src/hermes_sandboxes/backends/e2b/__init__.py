@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hermes_sandboxes.backends import BuildContext
     from hermes_sandboxes.backends.e2b.backend import E2BBackend
     from hermes_sandboxes.backends.e2b.settings import E2BSettings
 
@@ -53,8 +54,13 @@ def __getattr__(name: str) -> Any:
     return getattr(import_module(f"hermes_sandboxes.backends.e2b.{_WHERE[name]}"), name)
 
 
-def build_backend(settings: E2BSettings) -> E2BBackend:
-    """The registry's factory: the backend for ``settings``, keyed from ``E2B_API_KEY``."""
+def build_backend(settings: E2BSettings, context: BuildContext | None = None) -> E2BBackend:
+    """The registry's factory: the backend for ``settings``, keyed from ``E2B_API_KEY`` (read through
+    the context's secret lookup, default this process's environment), its sandboxes those of the
+    context's profile (default: the Hermes home this process would use)."""
     from hermes_sandboxes.backends.e2b.backend import E2BBackend
+    from hermes_sandboxes.backends.e2b.identity import API_KEY_ENV
 
-    return E2BBackend(settings)
+    lookup = context.secret_lookup if context else None
+    return E2BBackend(settings, api_key=(lookup(API_KEY_ENV) or "") if lookup is not None else None,
+                      profile=context.profile if context else None)

@@ -1,4 +1,4 @@
-"""The portable egress allow-list (network "proxy", see egress/policy.py) as E2B's own egress rules.
+"""The portable egress allow-list (network "proxy", see allowlist.py) as E2B's own egress rules.
 
 E2B filters a sandbox's outbound traffic itself. ``allow_out`` lists destinations (IPv4 addresses
 and networks, host names, ``*.domain`` for every name below a domain, not the domain itself: the
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_sandboxes.egress import policy
+from hermes_sandboxes import allowlist as policy
 from hermes_sandboxes.errors import SandboxError, Unsupported
 from hermes_sandboxes.sandbox import NetworkMode, SandboxSpec
 

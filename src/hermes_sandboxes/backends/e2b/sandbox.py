@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import e2b
 
+from hermes_sandboxes import allowlist as policy
 from hermes_sandboxes.backends.e2b.identity import (
     ALLOW_KEY,
     CREATED_KEY,
@@ -29,7 +30,6 @@ from hermes_sandboxes.backends.e2b.identity import (
 from hermes_sandboxes.backends.e2b.network import Posture, allow_in_effect, egress_rules
 from hermes_sandboxes.backends.e2b.process import TAG_ENV, E2BProcess, kill_pid
 from hermes_sandboxes.backends.e2b.process import tagged as _tagged
-from hermes_sandboxes.egress import policy
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     InvalidInput,

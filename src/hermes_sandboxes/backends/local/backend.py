@@ -40,13 +40,13 @@ if TYPE_CHECKING:
 
     StoreKind = Literal["auto", "btrfs", "copy"]
 
+    from hermes_sandboxes import allowlist as policy
     from hermes_sandboxes.backends.local.store import base as storage
     from hermes_sandboxes.backends.local.store.base import Store
-    from hermes_sandboxes.egress import policy
     from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs neither
     storage = lazy_module("hermes_sandboxes.backends.local.store.base")
-    policy = lazy_module("hermes_sandboxes.egress.policy")
+    policy = lazy_module("hermes_sandboxes.allowlist")
 
 STORE_KINDS: tuple[StoreKind, ...] = ("auto", "btrfs", "copy")
 
@@ -87,12 +87,15 @@ class LocalBackend(Backend):
         credentials: Sequence[BrokeredCredential] = (),
         upstream_ca: str | None = None,
         secret_lookup: SecretLookup | None = None,
+        audit_path: Callable[[str], Path] | None = None,
     ) -> None:
         """``credentials``: secrets brokered by the egress proxy of ``proxy`` sandboxes (their source
         files are masked in every sandbox); ``upstream_ca``: a CA bundle that proxy trusts for
         upstream servers instead of the system's (a private registry's, or a test server's);
         ``secret_lookup``: where an ``env`` credential's value is read when a proxy starts (default
-        this process's environment; the Hermes plugin passes the active profile's secrets)."""
+        this process's environment; the Hermes plugin passes the active profile's secrets);
+        ``audit_path(key)``: the audit log the egress proxy appends to (default: the host state's
+        under ``$HERMES_SANDBOXES_STATE``; a face with a state directory of its own passes it)."""
         if store not in STORE_KINDS:
             raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
         self.home = paths.resolve_home(home)
@@ -103,6 +106,7 @@ class LocalBackend(Backend):
         self.masks = _validate_masks([*masks, *(c.file for c in self.credentials if c.file)], self.base)
         self.upstream_ca = upstream_ca
         self.secret_lookup = secret_lookup
+        self._audit_path = audit_path
         self._store_kind = store
         self._image_size = image_size
         self._limits = limits or default_limits()
@@ -111,6 +115,15 @@ class LocalBackend(Backend):
     @property
     def key(self) -> str:
         return "local-" + digest(str(self.home), 12)
+
+    def audit_log(self) -> Path:
+        """The audit log the egress proxies of this backend's sandboxes append to: the one the
+        caller named (``audit_path``), else the host state's."""
+        if self._audit_path is not None:
+            return self._audit_path(self.key)
+        from hermes_sandboxes.recorder.state import HostState  # only when a proxy starts
+
+        return HostState().audit_path(self.key)
 
     # environment -------------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:

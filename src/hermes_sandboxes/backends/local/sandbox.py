@@ -21,7 +21,6 @@ from hermes_sandboxes.errors import (
     SandboxNotFound,
     SandboxUnreachable,
 )
-from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
@@ -42,11 +41,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot 
 if TYPE_CHECKING:
     from typing import Any
 
+    from hermes_sandboxes import allowlist as policy
     from hermes_sandboxes.backends.local import egress, hiding, launcher, trust
     from hermes_sandboxes.backends.local.backend import LocalBackend
     from hermes_sandboxes.backends.local.guest import masks
     from hermes_sandboxes.backends.local.store import base as storage
-    from hermes_sandboxes.egress import policy
     from hermes_sandboxes.sandbox import Stdin
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs none of them
     egress = lazy_module("hermes_sandboxes.backends.local.egress")
@@ -55,7 +54,7 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     masks = lazy_module("hermes_sandboxes.backends.local.guest.masks")
     storage = lazy_module("hermes_sandboxes.backends.local.store.base")
     trust = lazy_module("hermes_sandboxes.backends.local.trust")
-    policy = lazy_module("hermes_sandboxes.egress.policy")
+    policy = lazy_module("hermes_sandboxes.allowlist")
 
 # Commands start with this environment, never the host's; the caller's env is laid over it.
 BASE_ENV = {
@@ -253,7 +252,7 @@ class LocalSandbox(Sandbox):
         self._reload_spec()
         return egress.start_proxy(
             sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
-            audit=HostState().audit_path(backend.key), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
+            audit=backend.audit_log(), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
             credentials=backend.credentials, upstream_ca=backend.upstream_ca, lookup=backend.secret_lookup)
 
     def _restart_proxy(self) -> dict[str, Any]:

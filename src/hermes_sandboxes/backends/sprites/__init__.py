@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hermes_sandboxes.backends import BuildContext
     from hermes_sandboxes.backends.sprites.backend import SpritesBackend
     from hermes_sandboxes.backends.sprites.settings import SpritesSettings
 
@@ -25,8 +26,9 @@ def __getattr__(name: str) -> Any:
     return getattr(import_module(f"hermes_sandboxes.backends.sprites.{_WHERE[name]}"), name)
 
 
-def build_backend(settings: SpritesSettings) -> SpritesBackend:
-    """The registry's factory: the backend for ``settings``."""
+def build_backend(settings: SpritesSettings, context: BuildContext | None = None) -> SpritesBackend:
+    """The registry's factory: the backend for ``settings``, its token found through the context's
+    secret lookup (``SPRITES_TOKEN``, then ``SPRITE_TOKEN``; default this process's environment)."""
     from hermes_sandboxes.backends.sprites.backend import build_backend as build
 
-    return build(settings)
+    return build(settings, context)

@@ -23,7 +23,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -42,6 +42,9 @@ from hermes_sandboxes.errors import (
 )
 from hermes_sandboxes.names import unique_name, validate_name
 from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
+
+if TYPE_CHECKING:
+    from hermes_sandboxes.backends import BuildContext
 
 log = logging.getLogger(__name__)
 _CREATING = ("creating", "provisioning", "pending", "starting")
@@ -268,8 +271,11 @@ class SpritesBackend(Backend):
         return checks
 
 
-def build_backend(settings: Any) -> SpritesBackend:
-    """The registry's factory: SpritesSettings -> SpritesBackend."""
+def build_backend(settings: Any, context: BuildContext | None = None) -> SpritesBackend:
+    """The registry's factory: SpritesSettings -> SpritesBackend, the token read through the
+    context's secret lookup when it has one ("" when that finds none: no falling back to this
+    process's environment), else from the environment."""
     if not isinstance(settings, SpritesSettings):
         raise InvalidInput(f"the Sprites backend takes SpritesSettings, not {type(settings).__name__}")
-    return SpritesBackend(settings)
+    lookup = context.secret_lookup if context else None
+    return SpritesBackend(settings, token=(find_token(lookup) or "") if lookup is not None else None)

@@ -88,7 +88,6 @@ def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str
     """Checkpoint NAME now; prints the checkpoint's id."""
     ui = Ui()
     session = _settled(workspace, name)
-    session.recorded.health_timeout = health_timeout
     started = time.monotonic()
     cheap = Capability.CHEAP_CHECKPOINTS in session.sandbox.backend.capabilities
     # without a health command, a signal waits for the checkpoint and its record, so the two agree;
@@ -96,7 +95,7 @@ def create_checkpoint(workspace: Workspace, name: str, comment: str, health: str
     held = signals.held() if health is None else contextlib.nullcontext()
     with held, ui.status(f"checkpointing {name}…" if cheap else f"checkpointing {name} (a full copy of what "
                          "it changed: this takes longer the more it changed)…"):
-        taken = session.checkpoint(comment, health=health)
+        taken = session.checkpoint(comment, health=health, health_timeout=health_timeout)
         session.close()
         ui.result(taken.id)
     ui.note(f"checkpoint of {name} taken in {duration(time.monotonic() - started)}")
@@ -273,12 +272,14 @@ def summary_table(ui: Ui, summary: DiffSummary, *, title: str) -> None:
 def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: bool) -> int:
     """Return NAME to checkpoint ID, after showing what that throws away."""
     ui = Ui()
-    session = _settled(workspace, name)
-    session.recorded.get_checkpoint(checkpoint_id)  # an unknown id: one line, before any refusal
+    session = _session(workspace, name)
+    # one pass: the journal read once (what dead processes left open settled from it), the
+    # checkpoints listed once; an unknown id is one line, before any refusal
+    preview = session.preview(checkpoint_id, diff=False, settle=True)
     if not yes and not is_stdin_tty():
         confirm("", yes=yes, refusal=f"not restoring {name}")  # refuses: nobody can be asked
     with ui.status("working out what a restore would discard…"):
-        preview = session.preview(checkpoint_id)
+        preview = session.recorded.with_diff(preview)
     show_preview(ui, preview)
     if not confirm(f"Restore {name} to {checkpoint_id} and discard all of the above?", yes=yes,
                    refusal=f"not restoring {name}"):
@@ -289,7 +290,7 @@ def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes:
     # an interrupted restore is never applied without the journal and the user knowing
     with signals.held():
         with ui.status(f"restoring {name} to {checkpoint_id}…"):
-            session.restore(checkpoint_id)
+            session.restore(preview)
         session.close()
         ui.note(f"restored {name} to {checkpoint_id} in {duration(time.monotonic() - started)}", style="green")
     return 0
@@ -304,7 +305,7 @@ def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX
     elif not preview.changes:
         ui.line("  no file changes")
     else:
-        summary = summarize(preview.changes, max_rows=max_rows)
+        summary = preview.summary if max_rows == DEFAULT_MAX_ROWS else summarize(preview.changes, max_rows=max_rows)
         summary_table(ui, summary, title="file changes since the checkpoint")
     if preview.commands is None:
         ui.line("  commands since: unknown (no journal for this checkpoint)")

@@ -39,7 +39,9 @@ from hermes_sandboxes.hermes.config import load_settings, settings_path
 from hermes_sandboxes.hermes.environment import EnvironmentOptions, SandboxEnvironment
 from hermes_sandboxes.hermes.runtime import RUNTIME
 from hermes_sandboxes.hermes.secrets import hermes_profile_secret
+from hermes_sandboxes.hermes.sync import restores
 from hermes_sandboxes.recorder.credentials import CLOUD_SECRET_KEYS, Redactor
+from hermes_sandboxes.recorder.options import Checkpointing, Credentials, Health, Retention
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
 from hermes_sandboxes.settings import BackendSettings, InvalidSettings
@@ -177,9 +179,17 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
     # --- environments ---------------------------------------------------------------------------
     # --- what a backend's plugin may override ------------------------------------------------
     def make_backend(self, settings: BackendSettings) -> Backend:
-        """A new backend for these settings (the registry's factory; a cloud plugin passes the
-        active profile's credentials)."""
-        return backends.build(settings, self.backend_name)
+        """A new backend for these settings, built by the registry with ``build_context()``."""
+        return backends.build(settings, self.backend_name, context=self.build_context())
+
+    def build_context(self) -> backends.BuildContext:
+        """What the registry's factory gets from Hermes: secrets (tokens, brokered credentials) read
+        from the active profile (its secret scope, else, one profile per process, Hermes's
+        environment and the profile's .env; nothing under a multiplexing gateway with no profile
+        bound: fail closed), read when needed, so the backend object may be shared by the profiles
+        of a process; and the host state's audit log (read from the environment each time)."""
+        return backends.BuildContext(secret_lookup=hermes_profile_secret,
+                                     audit_path=lambda key: RUNTIME.state.audit_path(key))
 
     def backend_identity(self, settings: BackendSettings) -> str:
         """What distinguishes one backend object from another in this process, beyond the settings
@@ -221,11 +231,14 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
 
     def recorded(self, sandbox: Sandbox, settings: BackendSettings, redactor: Redactor) -> RecordedSandbox:
         """The task's sandbox with its journal, the automatic checkpoints and the credentials."""
-        return RUNTIME.state.recorded(
-            sandbox, redact=redactor.redact, policy=settings.auto_checkpoint, retention=settings.retention,
-            min_age=settings.retention_min_age, retention_bytes=settings.retention_bytes,
-            protected_paths=settings.protected_paths, health_command=settings.health_command,
-            credentials=settings.credentials, lookup=hermes_profile_secret, redactor=redactor)
+        state = RUNTIME.state
+        return state.recorded(
+            sandbox, redact=redactor.redact,
+            checkpointing=Checkpointing(settings.auto_checkpoint, tuple(settings.protected_paths)),
+            retention=Retention(settings.retention, settings.retention_min_age, settings.retention_bytes),
+            health=Health(settings.health_command),
+            credentials=Credentials(dict(settings.credentials), hermes_profile_secret, redactor),
+            hooks=restores.hooks(state.root))
 
     def create_environment(
         self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
@@ -255,7 +268,7 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
 
         def resume() -> RecordedSandbox:
             """The persistent sandbox, its allow-list brought in line with the setting where that
-            undoes nobody's change (allowlist.py); what the session must be told goes to notices."""
+            undoes nobody's change (hermes/allowlist.py); what the session must be told goes to notices."""
             recorded = record(self.open_sandbox(backend, name, spec, key))
             if recorded.inner.created:
                 allowlist.remember_created(recorded, spec)

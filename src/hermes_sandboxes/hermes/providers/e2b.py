@@ -14,11 +14,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 
+from hermes_sandboxes import backends
 from hermes_sandboxes.hermes.config import active_hermes_home
 from hermes_sandboxes.hermes.providers.base import SandboxProvider
 from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
 from hermes_sandboxes.settings import BackendSettings
+from hermes_sandboxes.util.values import replace
 
 API_KEY = "E2B_API_KEY"
 
@@ -39,24 +41,19 @@ class E2BProvider(SandboxProvider):
         "allow (an egress allow-list), secure, metadata, auto_checkpoint, retention, credentials.",
     )
 
-    def make_backend(self, settings: BackendSettings) -> Backend:
-        from hermes_sandboxes.backends.e2b import E2BBackend
-        from hermes_sandboxes.backends.e2b.settings import E2BSettings
+    def build_context(self) -> backends.BuildContext:
+        """The shared context, and the active profile as the existing plugin names it (``home_key``)."""
+        return replace(super().build_context(), profile=home_key())
 
-        assert isinstance(settings, E2BSettings)
-        return E2BBackend(settings, api_key=hermes_profile_secret(API_KEY) or "", profile=home_key())
-
+    # The E2B backend's open and create take the Hermes task (its hermes_scope); the backend comes
+    # from the registry, so it is called through the contract's names (no import of its module).
     def open_sandbox(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
-        from hermes_sandboxes.backends.e2b import E2BBackend
-
-        assert isinstance(backend, E2BBackend)
-        return backend.open(name, spec, task=task_key)
+        opened: Sandbox = backend.open(name, spec, task=task_key)  # type: ignore[call-arg]
+        return opened
 
     def create_ephemeral(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
-        from hermes_sandboxes.backends.e2b import E2BBackend
-
-        assert isinstance(backend, E2BBackend)
-        return backend.create(name, spec, ephemeral=True, task=task_key)
+        made: Sandbox = backend.create(name, spec, ephemeral=True, task=task_key)  # type: ignore[call-arg]
+        return made
 
     def working_directory(self, cwd: str, settings: BackendSettings, sandbox: Sandbox) -> str:
         """The ``cwd`` setting (default the sandbox's home) where Hermes gives its container default."""

@@ -1,11 +1,11 @@
-"""The Hermes plugin ``sandbox``: the local sandbox backend (``terminal.backend: sandbox``)."""
+"""The Hermes plugin ``sandbox``: the local sandbox backend (``terminal.backend: sandbox``).
+
+Its brokered credentials (``brokered.<NAME>.env``) are read from the active profile when a
+sandbox's proxy starts, as the cloud plugins read their tokens (``SandboxProvider.build_context``)."""
 
 from __future__ import annotations
 
 from hermes_sandboxes.hermes.providers.base import SandboxProvider
-from hermes_sandboxes.hermes.secrets import hermes_profile_secret
-from hermes_sandboxes.sandbox import Backend
-from hermes_sandboxes.settings import BackendSettings
 
 
 class LocalProvider(SandboxProvider):
@@ -23,13 +23,3 @@ class LocalProvider(SandboxProvider):
         "it again), credentials (program: SECRET_NAME).",
         "Commands have no network by default; set network: host to allow package installs.",
     )
-
-    def make_backend(self, settings: BackendSettings) -> Backend:
-        """The local backend, whose brokered credentials (``brokered.<NAME>.env``) are read from the
-        active profile when a sandbox's proxy starts, as the cloud plugins read their tokens: the
-        profile's secret scope, else (one profile per process) Hermes's environment and the
-        profile's .env; nothing under a multiplexing gateway with no profile bound (fail closed).
-        The backend object is shared by the profiles of a process; each call reads its own."""
-        from hermes_sandboxes.backends.local.factory import build_backend
-
-        return build_backend(settings, secret_lookup=hermes_profile_secret)

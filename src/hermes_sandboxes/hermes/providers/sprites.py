@@ -27,7 +27,6 @@ from hermes_sandboxes.hermes.naming import Profile
 from hermes_sandboxes.hermes.providers.base import SandboxProvider
 from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.names import MAX_NAME_LENGTH, validate_name
-from hermes_sandboxes.sandbox import Backend
 from hermes_sandboxes.settings import BackendSettings
 
 DIGEST_LENGTH = 12
@@ -125,13 +124,6 @@ class SpritesProvider(SandboxProvider):
             if value:
                 return value
         return None
-
-    def make_backend(self, settings: BackendSettings) -> Backend:
-        from hermes_sandboxes.backends.sprites import SpritesBackend
-        from hermes_sandboxes.backends.sprites.settings import SpritesSettings
-
-        assert isinstance(settings, SpritesSettings)
-        return SpritesBackend(settings, token=self._token() or "")
 
     def backend_identity(self, settings: BackendSettings) -> str:
         token = self._token() or ""

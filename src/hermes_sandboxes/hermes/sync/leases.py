@@ -26,8 +26,8 @@ release, and ``discard()`` removes those of a sandbox that was destroyed, unless
 Where ``flock`` does not exist (or the filesystem refuses it), one warning is logged and every process
 behaves as the single writer: sync still runs, the markers still gate admission.
 
-``exclusive(path)`` is the other lock here: a short critical section across processes (the egress
-allow-list's read-modify-write, so two changes at once both land), held while a ``flock`` is.
+``util.flock.exclusive(path)`` is the other lock: a short critical
+section across processes (the egress allow-list's read-modify-write, so two changes at once both land).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ import logging
 import os
 import secrets
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -235,50 +233,6 @@ class WriterLease:
         if not self.prepared:
             raise NotAdmitted(f"sandbox {self.label} is still being prepared by another process; retry in "
                               "a moment")
-
-
-@contextlib.contextmanager
-def exclusive(path: Path, *, what: str, timeout: float = 60.0) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created with its directory) for the block, waiting
-    up to ``timeout`` seconds for another holder, process or thread (each open is its own lock),
-    to let it go; SandboxError naming ``what`` when it does not. A holder that dies releases it
-    with its process. The file stays (removing a lock file others may be waiting on would let two
-    holders in); without flock, the block runs unguarded after one warning."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        locked = False
-        try:
-            locked = _wait_for_flock(fd, timeout)
-        except OSError as exc:  # no fcntl, or ENOLCK / EOPNOTSUPP: a filesystem without flock
-            _warn_no_flock(str(exc))
-        else:
-            if not locked:
-                raise SandboxError(f"{what}: another process has held the lock {path} for {timeout:.0f} s; "
-                                   "retry when it is done")
-        try:
-            yield
-        finally:
-            if locked:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _wait_for_flock(fd: int, timeout: float) -> bool:
-    """Take the lock on ``fd``, polling until ``timeout``; False when it stayed taken."""
-    if fcntl is None:
-        raise OSError("no fcntl module")
-    deadline, pause = time.monotonic() + timeout, 0.001
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
 
 
 def _is_the_path(file: IO[bytes], path: Path) -> bool:

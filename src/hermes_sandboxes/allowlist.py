@@ -1,5 +1,9 @@
 """The egress allow-list: which (host, port) a sandbox's proxy lets through, and to which addresses.
 
+Part of the contract (``SandboxSpec.allow``, ``Sandbox.set_allow``, the settings' ``allow``): the
+core, the recorder and every backend parse the same entries, so the grammar lives here, with no
+dependency but the errors; the proxy that enforces it is ``egress``.
+
 Entries (the same text in the Python API, the CLI's ``--allow`` and the settings):
 
 - ``pypi.org`` a host name; ``*.pythonhosted.org`` any name under that domain (not the domain
