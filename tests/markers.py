@@ -23,9 +23,28 @@ NO_ROOT_FILES = {"docs/test_packaging.py", "local/test_guest_imports.py"}
 BY_DIRECTORY = {"guest": ("qemu",), "sprites": ("fake_cloud",), "e2b": ("fake_cloud",), "remote": ("fake_cloud",)}
 CLOUD_PARAMETERS = ("[sprites", "[e2b", "-sprites]", "-e2b]", "sprites-", "e2b-")
 
-# Test files (or single tests, as node ids) that take long: measured, the slowest first.
+# Test files (or single tests, as node ids) that take long: measured with --durations in a clean-clone
+# run of the whole suite (2,079 s of tests at load 11), the slowest first; together about two thirds of
+# the suite's time. Tests that mark themselves with pytest.mark.slow are slow too.
 SLOW: tuple[str, ...] = (
+    "hermes/test_agent_loop.py",  # real hermes chat -q runs: 291 s
+    "hermes/test_agent_egress.py",  # 218 s
+    "local/test_store_admin.py",  # store migrate / reclaim / killed creates: 192 s
+    "remote/test_hermes_state.py",  # 146 s
+    "hermes/test_agent_features.py",  # 81 s
+    "cli/test_cli_kill9.py",  # kill sweeps: 68 s
+    "bench/test_benchmarks.py",  # the benchmarks in quick mode: 51 s
+    "e2b/test_e2b_writer_lease.py",  # 40 s
+    "sprites/test_sprites_benchmark.py",  # 12 s
+    "mcp/test_mcp_clients.py",  # real Codex CLI and Claude Code
     "store_rootless/test_rootless_store.py::test_the_rootless_base_is_the_sandboxes_own",  # ~55 s: unpacks 270 MB
+    "local/test_checkpoints.py::test_a_tree_deeper_than_any_path_limit_cannot_break_the_store",  # 55 s
+    "local/test_interrupted.py::test_an_init_whose_starter_was_killed_before_recording_it_is_killed_by_the_next_start",
+    "local/test_limits.py::test_the_cpu_limit_is_applied_and_throttles",  # 28 s
+    "cli/test_cli_robust.py::test_checkpoints_diffs_and_previews_survive_any_bytes_in_comments_and_paths",
+    "recorder/test_recorder_promises.py::test_commands_that_change_nothing_reuse_the_last_checkpoint_even_under_policy_always",
+    "local/test_egress.py::test_the_proxy_ca_is_in_the_system_store_while_brokering_and_never_in_a_diff",
+    "cli/test_cli_network.py::test_simultaneous_allows_of_distinct_hosts_all_land",
 )
 
 
