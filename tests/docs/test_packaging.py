@@ -30,3 +30,12 @@ def test_the_test_extra_is_the_other_extras_plus_the_test_tools() -> None:
     selves = [req for req in extras["test"] if req.startswith("hermes-sandboxes[")]
     assert len(selves) == 1, extras["test"]
     assert set(selves[0].removeprefix("hermes-sandboxes[").removesuffix("]").split(",")) == others
+
+
+def test_the_readme_keeps_to_what_a_user_needs_and_starts_with_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert len(readme) < 350, "history and method belong in docs/ (docs/benchmarks.md), not the README"
+    first_block = readme[readme.index("```sh") + 1:readme.index("```", readme.index("```sh") + 1)]
+    assert first_block[0].startswith("bash scripts/setup.sh && .venv/bin/hermes-sandboxes demo")
+    assert first_block[1].startswith("bash scripts/test.sh")
+    assert (ROOT / ".ci" / "run").read_text().strip().endswith("exec bash scripts/test.sh")
