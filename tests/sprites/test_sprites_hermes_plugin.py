@@ -101,5 +101,7 @@ def test_a_real_hermes_runs_its_terminal_tool_in_a_sprite_with_checkpoints(fake:
     restored = call("sandbox_restore", {"id": saved["checkpoint"]})
     assert restored["restored"] == saved["checkpoint"], restored
     assert "hello from" in str(call("terminal", {"command": "cat /root/greeting"})["output"])
-    assert "cannot diff" in str(call("sandbox_diff", {"id": saved["checkpoint"]})["error"])
+    call("terminal", {"command": "echo more > /root/extra"})
+    changed = call("sandbox_diff", {"id": saved["checkpoint"]})
+    assert [c["path"] for c in changed["changes"]] == ["/root/extra"], changed  # computed in the Sprite
     assert fake.token not in json.dumps(call("sandbox_checkpoints", {}))

@@ -1,5 +1,6 @@
-"""``/sandbox undo`` in a real ``hermes chat -q`` whose terminal is a Sprite of the loopback fake (the
-Sprites backend cannot diff: the preview lists the commands and says why it has no file list)."""
+"""``/sandbox undo`` in a real ``hermes chat -q`` whose terminal is a Sprite of the loopback fake: the
+preview lists the commands and the files the undo throws away, compared inside the Sprite against
+its checkpoint mount."""
 
 from __future__ import annotations
 
@@ -42,5 +43,5 @@ def sprites_loop(fake: FakeSprites, local_backend: LocalBackend, model_server: M
 def test_undo_from_the_chat_on_a_sprite(sprites_loop: AgentLoop, fake: FakeSprites,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     chat = as_human(sprites_loop, monkeypatch)
-    undo_story(sprites_loop, chat, diffs=False)
+    undo_story(sprites_loop, chat, diffs=True)
     assert any(r.path.endswith("/restore") for r in fake.recorded("POST")), "the Sprite itself was restored"

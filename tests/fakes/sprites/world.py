@@ -3,6 +3,13 @@
 Only the local backend's public contract is used (create, get, exec, start, read_file, write_file,
 checkpoint, checkpoints, restore, destroy), so commands and files inside a fake Sprite are real.
 Blocking calls: the server runs them on worker threads.
+
+Like the service, a fake Sprite has its newest five checkpoints at ``/.sprite/checkpoints/<id>/``.
+The fake emulates those mounts inside the Sprite's own tree: each checkpoint keeps a tar of the
+Sprite's directories (``MOUNTED_ROOTS``: the local sandbox's lower layer is this host's root, far
+too big to copy, and the Sprite's own files live there) taken as the checkpoint is made, unpacked
+under the mount point; after a restore (which rolls that directory back too) the five are unpacked
+again. They are not read-only here (making them so would change the permissions a diff compares).
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ def sized(config: dict[str, Any]) -> Limits:
     service's business: the fake's store keeps no quota per Sprite)."""
     cpus, ram_mb = config.get("cpus"), config.get("ram_mb")
     return Limits(cpus=float(cpus) if cpus else None, memory_bytes=int(ram_mb) << 20 if ram_mb else None)
+
+MOUNTS = "/.sprite/checkpoints"
+MOUNTED = 5
+MOUNTED_ROOTS = ("root", "home")  # the host's other directories show through and change under a test
 
 
 class Conflict(Exception):
@@ -55,6 +66,7 @@ class FakeSprite:
     checkpoint_ids: dict[str, str] = field(default_factory=dict)  # Sprites id (v1, v2...) -> local id
     auto_ids: set[str] = field(default_factory=set)  # the service's own (auto-N), hidden by default
     sources: dict[str, str] = field(default_factory=dict)  # checkpoint id -> the one before it
+    trees: dict[str, bytes] = field(default_factory=dict)  # checkpoint id -> a tar of its MOUNTED_ROOTS
     running: int = 0
     restarting: bool = False  # a restore is under way: exec is refused
 
@@ -147,7 +159,24 @@ class World:
         previous = next(reversed(sprite.checkpoint_ids), None)
         sprite.checkpoint_ids[public] = local.id
         sprite.sources[public] = previous or ""
+        sprite.trees[public] = _tar(sandbox)
+        self.mount(sprite, sandbox)
         return public
+
+    def mount(self, sprite: FakeSprite, sandbox: LocalSandbox) -> None:
+        """Make ``/.sprite/checkpoints`` hold exactly the newest MOUNTED checkpoints' trees."""
+        newest = list(sprite.checkpoint_ids)[-MOUNTED:]
+        present = sandbox.exec(f"mkdir -p {MOUNTS} && ls -1 {MOUNTS}").stdout.split()
+        for stale in set(present) - set(newest):
+            sandbox.exec(["rm", "-rf", "--", f"{MOUNTS}/{stale}"])
+        for public in newest:
+            if public in present:
+                continue
+            target = f"{MOUNTS}/{public}"
+            proc = sandbox.start(["sh", "-c", 'mkdir -p "$1" && tar -x -C "$1"', "sh", target],
+                                 stdin=sprite.trees[public])
+            if proc.wait(timeout=120) != 0:
+                raise OSError(f"could not mount checkpoint {public} of {sprite.name}")
 
     def checkpoints(self, name: str, *, include_auto: bool = True) -> list[dict[str, Any]]:
         sprite, sandbox = self.ready(name)
@@ -179,6 +208,8 @@ class World:
         sprite, sandbox = self.ready(name)
         self.find_checkpoint(name, public)
         sandbox.restore(sprite.checkpoint_ids[public])
+        sandbox.exec(["rm", "-rf", "--", MOUNTS])  # rolled back with the rest: mounted afresh
+        self.mount(sprite, sandbox)
 
     # files -------------------------------------------------------------------------------------
     def write(self, name: str, path: str, data: bytes, mode: int, parents: bool) -> None:
@@ -212,6 +243,16 @@ class World:
         result = sandbox.exec(f"rm {flag} -- {shlex.quote(path)} 2>&1 || rmdir -- {shlex.quote(path)}")
         if result.exit_code != 0:
             raise OSError(result.stdout.strip())
+
+
+def _tar(sandbox: LocalSandbox) -> bytes:
+    out = bytearray()
+    roots = " ".join(MOUNTED_ROOTS)
+    proc = sandbox.start(["sh", "-c", f"cd / && tar -c $(for d in {roots}; do [ -e $d ] && echo $d; done)"],
+                         on_stdout=out.extend)
+    if proc.wait(timeout=120) != 0:
+        raise OSError("could not snapshot the Sprite's tree for its checkpoint mount")
+    return bytes(out)
 
 
 # What fs/list answers: the entries of a directory, or the file itself.

@@ -54,9 +54,10 @@ GIB = 1 << 30
 
 class SpritesBackend(Backend):
     name = "sprites"
-    # not DIFF, not DELETE_CHECKPOINTS (the service has neither), not TREE_KILL (the kill endpoint
-    # stops the exec session; what becomes of processes that detached from it is not documented)
-    capabilities = frozenset({Capability.CHECKPOINTS, Capability.LIMITS, Capability.TERMINAL,
+    # DIFF for the newest five checkpoints (the ones the service mounts in the Sprite; an older one
+    # is refused saying why); not DELETE_CHECKPOINTS (the service has none), not TREE_KILL (the
+    # kill endpoint stops the exec session; what becomes of processes that left it is not documented)
+    capabilities = frozenset({Capability.CHECKPOINTS, Capability.DIFF, Capability.LIMITS, Capability.TERMINAL,
                               Capability.KILL_TAGGED})
 
     def __init__(self, settings: SpritesSettings | None = None, *, token: str | None = None) -> None:

@@ -1,9 +1,10 @@
 """One Sprite behind the contract: commands over the exec WebSocket, files, checkpoints.
 
+Diffs run in the Sprite against the service's mounts of its newest five checkpoints (diff.py).
 Files: a write is one ``PUT .../fs/write?path=&mode=&mkdirParents=true`` (the service creates the
 parents; no stat, list or mkdir requests). Reads and deletes go through exec (``cat``, ``rm -f --``),
 because the Sprites 2.0 runtime keeps only fs/write of the filesystem API. Checkpoints: the service
-creates, lists and restores them; it cannot delete or diff them, so this backend claims neither.
+creates, lists and restores them; it cannot delete them.
 Images without ``$HOME`` exist, so every command gets ``HOME=/root`` explicitly.
 """
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_sandboxes.backends.sprites import shapes
 from hermes_sandboxes.backends.sprites.api import MAX_RETRY_SLEEP_S
+from hermes_sandboxes.backends.sprites.diff import diff as checkpoint_diff
 from hermes_sandboxes.backends.sprites.process import (
     KILL_GRACE_S,
     KILL_SIGNAL,
@@ -40,6 +42,7 @@ from hermes_sandboxes.errors import (
 from hermes_sandboxes.sandbox import (
     Checkpoint,
     Command,
+    FileChange,
     OutputSink,
     Process,
     Sandbox,
@@ -299,6 +302,15 @@ class SpritesSandbox(Sandbox):
                                          f"{RESTORE_WAIT_S:g}s; try the next command in a moment")
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
+
+    def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
+        """Computed in the Sprite against the service's read-only mounts of its newest five
+        checkpoints (diff.py); an older checkpoint is ``Unsupported``, saying why."""
+        known = {c.id for c in self._listed(include_auto=True)}
+        for checkpoint_id in (from_id, to_id):
+            if checkpoint_id is not None and checkpoint_id not in known:
+                raise CheckpointNotFound(f"Sprite {self.name} has no checkpoint {checkpoint_id!r}")
+        return checkpoint_diff(self, from_id, to_id, skip=(RESTORE_MARKER_DIR,))
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         raise Unsupported("Sprites cannot delete checkpoints; they stay until the Sprite is deleted")
