@@ -103,5 +103,6 @@ def test_a_real_hermes_runs_its_terminal_tool_in_a_sprite_with_checkpoints(fake:
     assert "hello from" in str(call("terminal", {"command": "cat /root/greeting"})["output"])
     call("terminal", {"command": "echo more > /root/extra"})
     changed = call("sandbox_diff", {"id": saved["checkpoint"]})
-    assert [c["path"] for c in changed["changes"]] == ["/root/extra"], changed  # computed in the Sprite
+    listed = changed["changes"]
+    assert isinstance(listed, list) and [c["path"] for c in listed] == ["/root/extra"], changed  # in the Sprite
     assert fake.token not in json.dumps(call("sandbox_checkpoints", {}))
