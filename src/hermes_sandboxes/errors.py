@@ -1,7 +1,26 @@
-"""One exception hierarchy for the whole package.
+"""One exception hierarchy for the whole package, by cause: a caller catches what it can act on.
+
+::
+
+    SandboxError                    every error raised on purpose; ``retryable``: may work if tried again
+    ├── InvalidInput                a malformed name, setting or argument; nothing was changed
+    ├── SandboxNotFound             no such sandbox (or it was destroyed)
+    ├── SandboxExists               the name is taken where a new sandbox was required
+    ├── CheckpointNotFound          no such checkpoint in that sandbox
+    ├── CheckpointFailed            the automatic checkpoint before a risky command failed; it did not run
+    ├── Unsupported                 the backend cannot do this (see ``Backend.capabilities``)
+    ├── BackendUnavailable          the backend cannot run on this machine
+    │   └── MissingDependency       its optional dependencies are not installed (names the pip extra)
+    ├── AuthenticationFailed        the service refused our credentials
+    ├── RateLimited                 the service asked us to slow down (retryable, ``retry_after``)
+    ├── SandboxUnreachable          the sandbox or its service cannot be reached now (retryable)
+    ├── QuotaExceeded               an account quota or a service limit was reached
+    ├── SandboxBusy                 another process holds the sandbox's lock too long
+    ├── ExecFailed                  a command could not start, or its connection was lost
+    └── SandboxFileNotFound         no such path inside the sandbox (also a FileNotFoundError)
 
 Every message says what failed, for which sandbox, and what to do next, so a CLI can print it as a
-single line and an agent can act on it.
+single line and an agent can act on it; none carries a secret.
 """
 
 from __future__ import annotations

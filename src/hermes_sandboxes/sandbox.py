@@ -300,6 +300,7 @@ class Process(ABC):
         nohup, double forks included). Callable from an output sink and from any thread."""
 
     def poll(self) -> int | None:
+        """The exit code if the command has ended, else None, without waiting."""
         return self.wait(0)
 
 
@@ -313,10 +314,12 @@ class Sandbox(ABC):
 
     @property
     @abstractmethod
-    def backend(self) -> Backend: ...
+    def backend(self) -> Backend:
+        """The backend this sandbox lives on (its name, capabilities and key)."""
 
     @abstractmethod
-    def info(self) -> SandboxInfo: ...
+    def info(self) -> SandboxInfo:
+        """The sandbox's state, spec and sizes now; SandboxNotFound once it was destroyed."""
 
     @abstractmethod
     def stop(self) -> None:
@@ -412,16 +415,25 @@ class Sandbox(ABC):
                           **tagged)
 
     @abstractmethod
-    def read_file(self, path: str) -> bytes: ...
+    def read_file(self, path: str) -> bytes:
+        """The bytes of the file at absolute ``path`` inside the sandbox; SandboxFileNotFound when
+        there is none, InvalidInput for a relative path."""
 
     @abstractmethod
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` to absolute ``path`` inside the sandbox (its parent directories created,
+        ``mode`` for a new file), replacing what was there; InvalidInput for a relative path."""
 
     @abstractmethod
-    def delete_file(self, path: str) -> None: ...
+    def delete_file(self, path: str) -> None:
+        """Remove the file at absolute ``path`` inside the sandbox; SandboxFileNotFound when there
+        is none."""
 
     @abstractmethod
-    def checkpoint(self, comment: str = "") -> Checkpoint: ...
+    def checkpoint(self, comment: str = "") -> Checkpoint:
+        """Save the sandbox's files as a new checkpoint (listed only once complete); Unsupported
+        without ``Capability.CHECKPOINTS``, the backend's SandboxError when it could not be taken
+        (then no checkpoint exists)."""
 
     @abstractmethod
     def checkpoints(self) -> list[Checkpoint]:
@@ -438,7 +450,9 @@ class Sandbox(ABC):
         is usable again when this returns. On failure the sandbox is left as it was."""
 
     @abstractmethod
-    def delete_checkpoint(self, checkpoint_id: str) -> None: ...
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Delete a checkpoint (its files can no longer be restored); CheckpointNotFound for an
+        unknown id, Unsupported without ``Capability.DELETE_CHECKPOINTS``."""
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
         """Changes from checkpoint ``from_id`` to ``to_id`` (or to now); ``Capability.DIFF``."""
@@ -569,7 +583,8 @@ class Backend(ABC):
         """An existing sandbox (persistent or ephemeral); SandboxNotFound otherwise."""
 
     @abstractmethod
-    def list(self) -> builtins.list[SandboxInfo]: ...
+    def list(self) -> builtins.list[SandboxInfo]:
+        """Every sandbox of this backend (persistent and ephemeral), as ``Sandbox.info`` describes it."""
 
     # the store on this machine (``store migrate|reclaim|unmount``): backends that keep one
     def migrate_store(self, *, stop_running: bool = False,
@@ -592,4 +607,6 @@ class Backend(ABC):
         raise Unsupported(f"the {self.name} backend keeps no store on this machine")
 
     def doctor(self) -> builtins.list[DoctorCheck]:
+        """What this machine has and lacks for this backend, one check per line of ``doctor``;
+        changes nothing. Empty where the backend has nothing to check."""
         return []

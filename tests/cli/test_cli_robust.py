@@ -365,6 +365,37 @@ def test_exec_of_a_plain_command_imports_only_what_running_and_recording_it_need
     assert "hermes_sandboxes.recorder.sandbox" in modules and "hermes_sandboxes.recorder.journal" in modules, modules
     assert not _NOT_ON_THE_EXEC_PATH & modules, sorted(_NOT_ON_THE_EXEC_PATH & modules)
     assert [r["command"] for r in log_of(home, box.name)] == ["true", "true"]  # recorded all the same
+    # the start-up idioms (util/values.py) only where this path, the warm server or the guest runs
+    stray = sorted(m for m in _start_up_idiom_users() if m not in modules and not _measured_elsewhere(m))
+    assert stray == [], "\n".join(stray)
+
+
+# Modules on hot paths this test does not run: the warm exec server and its worker (their imports
+# are checked in test_cli_warm.py), the MCP server's start-up and round trip (cli/fastpath/mcp.py and
+# mcp/, benchmarks/bench_mcp.py), the start of a sandbox's init (its fork server and user namespace)
+# and what runs inside the sandbox (guest/: standard library only).
+_HOT_ELSEWHERE = {"hermes_sandboxes.cli.fastpath.server", "hermes_sandboxes.cli.fastpath.worker",
+                  "hermes_sandboxes.cli.fastpath.mcp", "hermes_sandboxes.backends.local.forkserver",
+                  "hermes_sandboxes.backends.local.userns"}
+
+
+def _measured_elsewhere(module: str) -> bool:
+    return module in _HOT_ELSEWHERE or module.startswith(("hermes_sandboxes.backends.local.guest.",
+                                                           "hermes_sandboxes.mcp."))
+
+
+def _start_up_idiom_users() -> set[str]:
+    """The modules using ``TYPE_CHECKING = False`` or util/values.py's ``dataclass``."""
+    import hermes_sandboxes
+
+    src = Path(hermes_sandboxes.__file__).parent
+    found = set()
+    for path in src.rglob("*.py"):
+        text = path.read_text()
+        if "\nTYPE_CHECKING = False" in text or "from hermes_sandboxes.util.values import" in text:
+            parts = path.relative_to(src.parent).with_suffix("").parts
+            found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
 
 
 def test_a_changed_config_file_is_validated_again(home: Path, box: LocalSandbox, tmp_path: Path) -> None:

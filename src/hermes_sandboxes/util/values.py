@@ -13,6 +13,17 @@ and ``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass`` work on
 their ``__dataclass_fields__`` is made by the real module (from a twin of the class) the first time
 anyone asks. Supported: ``frozen``, ``kw_only``, defaults, ``field(default_factory=...)``,
 ``ClassVar`` annotations and inheritance; a module needing more uses ``dataclasses`` itself.
+
+The start-up idioms, documented here once: this ``dataclass``, and ``TYPE_CHECKING = False`` (the
+name type checkers know, without importing ``typing``, which costs a CLI exec ~2 ms) with the
+imports only annotations need under it. They are for the measured hot modules only: what a CLI
+``exec`` imports in-process (the CLI's entry and fast path, its session and running, the contract,
+the recorder, the registry, the local backend's client and sandbox side), the warm exec server and
+its worker (``cli/fastpath/``), the MCP server's start-up (``cli/fastpath/mcp.py``, ``mcp/``), the
+start of a sandbox's init (its fork server and user namespace) and what runs inside the sandbox
+(``backends/local/guest/``).
+Everywhere else the code is ordinary Python (``typing.TYPE_CHECKING``, ``dataclasses``).
+tests/cli/test_cli_robust.py checks that every module using them is one of those.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,7 +22,6 @@ from hermes_sandboxes.recorder.command import RecordedProcess
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, Process, SandboxSpec
 from hermes_sandboxes.util.units import parse_duration, parse_size
 
-TYPE_CHECKING = False  # (as in session.py, where CliPolicy exists only for type checkers)
 if TYPE_CHECKING:
     from hermes_sandboxes.cli.session import CliPolicy
 

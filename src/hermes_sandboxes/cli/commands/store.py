@@ -7,13 +7,14 @@ the store, and an unmount should not start by opening sandboxes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from hermes_sandboxes.cli.output import Ui, human_size
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.errors import Unsupported
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend
 

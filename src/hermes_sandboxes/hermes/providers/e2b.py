@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+from dataclasses import replace
 
 from hermes_sandboxes import backends
 from hermes_sandboxes.hermes.config import active_hermes_home
@@ -20,7 +21,6 @@ from hermes_sandboxes.hermes.providers.base import SandboxProvider
 from hermes_sandboxes.hermes.secrets import hermes_profile_secret
 from hermes_sandboxes.sandbox import Backend, Sandbox, SandboxSpec
 from hermes_sandboxes.settings import BackendSettings
-from hermes_sandboxes.util.values import replace
 
 API_KEY = "E2B_API_KEY"
 
