@@ -11,6 +11,7 @@ bash scripts/setup.sh test
 .venv/bin/python benchmarks/bench_e2b.py
 .venv/bin/python benchmarks/bench_sprites.py
 .venv/bin/python benchmarks/bench_fork.py
+.venv/bin/python benchmarks/bench_rootless.py
 .venv/bin/python benchmarks/bench_cli.py
 .venv/bin/python benchmarks/bench_resync.py
 .venv/bin/python benchmarks/bench_exec_idle.py --label "$(git rev-parse --abbrev-ref HEAD)"

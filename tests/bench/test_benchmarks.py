@@ -107,3 +107,29 @@ def test_the_record_benchmark_runs_and_writes_the_overhead_of_recording(tmp_path
     assert {"bare_exec", "recorded_fsync", "recorded_no_fsync"} <= set(results)
     assert results["recorded_fsync"]["runs"] == 5 and "overhead_ms" in results["recorded_no_fsync"]
     assert not list(scratch.iterdir()), "the benchmark left its store behind"
+
+
+ROOTLESS_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_rootless.py"
+
+
+def test_the_rootless_benchmark_runs_in_quick_mode_and_writes_both_modes(tmp_path: Path, scratch: Path) -> None:
+    out = tmp_path / "rootless.json"
+    users_before = _bench_users()
+    proc = subprocess.run([sys.executable, str(ROOTLESS_BENCH), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900, env=_env(scratch))
+    assert proc.returncode == 0 and out.exists(), proc.stderr  # a benchmark that failed is a failure
+    report = json.loads(out.read_text())
+    rootless, root = report["rootless"], report["root"]
+    assert rootless["btrfs"]["store"] == "subvolume" and rootless["ext4"]["store"] == "overlay"
+    assert rootless["btrfs"]["snapshots"]["1MB"]["checkpoint_p50_ms"] > 0
+    assert root["btrfs_snapshots"]["1MB"]["restore_p50_ms"] > 0
+    assert rootless["ext4"]["changed"]["1MB"]["ratio"] > 0 and root["copy_changed"]["1MB"]["checkpoint_p50_ms"] > 0
+    assert "exec_p50_ms" in root["exec"]
+    assert "| 1MB |" in proc.stdout
+    assert not list(scratch.iterdir()), "the benchmark left its stores behind"
+    assert _bench_users() <= users_before, "the benchmark left its test user behind"
+
+
+def _bench_users() -> set[str]:
+    return {line.split(":")[0] for line in Path("/etc/passwd").read_text().splitlines()
+            if line.startswith("hs-rootstore-bench-")}

@@ -21,6 +21,7 @@ from typing import Any
 from hermes_sandboxes.backends.local.guest import syscalls as sc
 from hermes_sandboxes.backends.local.store import baseimage, mapped, rootless, usage
 from hermes_sandboxes.errors import SandboxError, Unsupported
+from hermes_sandboxes.sandbox import Limits, SandboxSpec
 
 BIG = 8 << 20  # a base file much larger than anything the scenarios change
 
@@ -300,12 +301,48 @@ def _inspect_base(root: Path) -> dict[str, Any]:
     return seen
 
 
+def scenario_backend(home: Path, tarball: str) -> dict[str, Any]:
+    """The store under a real rootless sandbox (the launcher's side is the rootless helper's): as
+    this user, on the store at ``home``, with the base unpacked from the cached tarball."""
+    from hermes_sandboxes.backends.local import LocalBackend
+
+    baseimage.ensure(tarball=Path(tarball))  # the user's own cache ($XDG_CACHE_HOME), where sandboxes look
+    backend = LocalBackend(home)
+    out: dict[str, Any] = {"kind": backend.store.kind, "info": dict(backend.store_info()),
+                           "cheap": "cheap_checkpoints" in {c.value for c in backend.capabilities}}
+    sandbox = backend.create("rs-one")
+    try:
+        run = sandbox.exec(["sh", "-c", "rm /usr/bin/git && echo one > /root/f && id -u"])
+        out["first"] = [run.exit_code, run.stdout.strip()]
+        before = sandbox.checkpoint("before")
+        sandbox.exec(["sh", "-c", "echo two > /root/f && rm -rf /etc/apt && echo new > /root/g"])
+        out["diff"] = sorted((c.path, c.kind.value) for c in sandbox.diff(before.id))
+        fork = sandbox.fork("rs-two", before.id)
+        out["fork_sees"] = fork.exec(["cat", "/root/f"]).stdout.strip()
+        fork.destroy()
+        sandbox.restore(before.id)
+        after = sandbox.exec(["sh", "-c", "cat /root/f; test -e /root/g; echo $?; test -d /etc/apt; echo $?; "
+                                          "test -e /usr/bin/git; echo $?"])
+        out["restored"] = after.stdout.split()
+        try:
+            backend.create("rs-limited", SandboxSpec(limits=Limits(disk_bytes=1 << 30)))
+            out["disk_limit"] = "accepted"
+        except Unsupported as exc:
+            out["disk_limit"] = str(exc)
+    finally:
+        sandbox.destroy()
+    out["left"] = sorted(p.name for p in backend.store.root.iterdir())
+    return out
+
+
 def main() -> None:
     scenario = sys.argv[1]
     if scenario == "store":
         result = scenario_store(Path(sys.argv[2]))
     elif scenario == "base":
         result = scenario_base(Path(sys.argv[2]), sys.argv[3])
+    elif scenario == "backend":
+        result = scenario_backend(Path(sys.argv[2]), sys.argv[3])
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     print(json.dumps(result))
