@@ -86,6 +86,7 @@ class Scope:
         self._open: dict[str, _Open] = {}
         self._ephemeral: dict[str, str] = {}  # sandbox -> the session that owns it
         self._audit: Journal | None = None
+        self._redactor: Redactor | None = None
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -142,9 +143,11 @@ class Scope:
         from hermes_sandboxes.recorder.credentials import Redactor
 
         settings = self.host.settings()
-        redactor = Redactor()
         state = self.host.state()
         with self._lock:
+            if self._redactor is None:  # one for the server: the audit log is shared by its sandboxes
+                self._redactor = Redactor()
+            redactor = self._redactor
             if self._audit is None:
                 self._audit = state.audit(sandbox.backend, redactor.redact)
             audit = self._audit
@@ -154,7 +157,7 @@ class Scope:
         recorded = state.recorded(
             sandbox, redact=redactor.redact, audit=audit,
             checkpointing=Checkpointing(settings.auto_checkpoint, tuple(settings.protected_paths)),
-            retention=Retention(settings.retention, settings.retention_min_age),
+            retention=Retention(settings.retention, settings.retention_min_age, settings.retention_bytes),
             health=Health(settings.health_command),
             credentials=Credentials(dict(settings.credentials), os.environ.get, redactor),
             hooks=restores.hooks(state.root),  # a restore here is noted for Hermes sessions on the sandbox
