@@ -66,6 +66,8 @@ def _e2b(local: LocalBackend) -> Iterator[Backend]:
 
 TARGETS: dict[str, Target] = {"local": _local, "local-degraded": _local_degraded, "sprites": _sprites,
                               "e2b": _e2b}
+if os.geteuid() != 0:  # run as a normal user by tests/rootless: the same contract, rootless
+    TARGETS = {"local-rootless": _local}
 
 
 @pytest.fixture(params=list(TARGETS))

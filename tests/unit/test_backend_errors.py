@@ -12,7 +12,8 @@ from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.errors import InvalidInput
 
 
-def test_a_non_root_user_gets_a_clear_error_and_nothing_runs(tmp_path: Path) -> None:
+def test_a_user_without_a_base_gets_a_clear_error_and_nothing_runs(tmp_path: Path) -> None:
+    """A normal user runs rootless sandboxes, which need a base root filesystem of that user's own."""
     marker = tmp_path / "ran-on-host"
     home = tmp_path / "home"
     tmp_path.chmod(0o777)
@@ -31,7 +32,7 @@ def test_a_non_root_user_gets_a_clear_error_and_nothing_runs(tmp_path: Path) -> 
     )
     assert proc.returncode == 0, proc.stderr
     assert "refused:" in proc.stdout
-    assert "needs root" in proc.stdout
+    assert "needs a base root filesystem you own" in proc.stdout
     assert not marker.exists()
 
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from hermes_sandboxes.cli import signals
-from hermes_sandboxes.cli.commands import checkpoints, mcp, network, sandboxes, store
+from hermes_sandboxes.cli.commands import apparmor, checkpoints, mcp, network, sandboxes, store
 from hermes_sandboxes.cli.config import parse_overrides
 from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
@@ -153,6 +153,7 @@ cli.add_command(checkpoints.log)
 cli.add_command(network.network)
 cli.add_command(store.store)
 cli.add_command(mcp.mcp)
+cli.add_command(apparmor.setup_apparmor)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import resource
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hermes_sandboxes.backends.local import cgroups, paths
+from hermes_sandboxes.backends.local import cgroups, paths, userns
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
 from hermes_sandboxes.errors import (
     BackendUnavailable,
@@ -36,7 +37,7 @@ from hermes_sandboxes.util.lazy import lazy_module
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
     import logging
-    from typing import Literal
+    from typing import Any, Literal
 
     StoreKind = Literal["auto", "btrfs", "copy"]
 
@@ -98,6 +99,7 @@ class LocalBackend(Backend):
         under ``$HERMES_SANDBOXES_STATE``; a face with a state directory of its own passes it)."""
         if store not in STORE_KINDS:
             raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
+        self.rootless = os.geteuid() != 0  # the two modes, chosen by who runs it (see userns.py)
         self.home = paths.resolve_home(home)
         self.layout = paths.Layout(self.home)
         self.base = _validate_base(base)
@@ -111,6 +113,8 @@ class LocalBackend(Backend):
         self._image_size = image_size
         self._limits = limits or default_limits()
         self._store: Store | None = None
+        self._cgroups_ok: bool | None = None
+        self._rootless_map: userns.IdMap | None = None
 
     @property
     def key(self) -> str:
@@ -127,7 +131,9 @@ class LocalBackend(Backend):
 
     # environment -------------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
-        return machine_unavailable_reason()
+        if not self.rootless:
+            return machine_unavailable_reason()
+        return rootless_unavailable_reason() or (None if self.base or _built_base() else NO_BASE)
 
     def _require_usable(self) -> None:
         reason = self.unavailable_reason()
@@ -152,7 +158,7 @@ class LocalBackend(Backend):
         if kind is None:
             kind = self._store_kind
         if kind == "auto":
-            kind = "btrfs" if _btrfs_possible() else "copy"
+            kind = "btrfs" if _btrfs_possible() and not self.rootless else "copy"
         store: Store = (storage.BtrfsStore(self.home, self._image_size) if kind == "btrfs"
                         else storage.CopyStore(self.home))
         try:
@@ -191,7 +197,44 @@ class LocalBackend(Backend):
                 store = self.store
         if store is None or store.cheap:
             caps.add(Capability.CHEAP_CHECKPOINTS)
+        if self.rootless and not self._cgroups_usable():
+            caps.discard(Capability.TREE_KILL)  # a command's session, not every process it started
         return frozenset(caps)
+
+    def _cgroups_usable(self) -> bool:
+        if self._cgroups_ok is None:
+            found = cgroups.probe()
+            self._cgroups_ok = not found.fatal and found.version is not None
+        return self._cgroups_ok
+
+    def launch_extras(self, name: str, sandbox: LocalSandbox, groups: cgroups.SandboxCgroups) -> dict[str, Any]:
+        """What a launch of ``sandbox`` needs beyond the groups: its user namespace (root mode: the
+        sandbox's own block of ids; rootless: the user's map), the masks the init mounts (rootless:
+        its base is its own tree, so these are only the configured ones) and rlimits."""
+        if self.rootless:
+            idmap, mode = self.rootless_map, "rootless"
+        else:
+            idmap, mode = userns.root_range_map(userns.claim_slot(self.home, name)), "root"
+        extras: dict[str, Any] = {"userns": {
+            "mode": mode, "uids": idmap.uids, "gids": idmap.gids, "outer": (idmap.outer_uid(0), idmap.outer_gid(0))}}
+        if self.rootless:
+            own = sandbox.local_meta["masks"]
+            extras["masks"] = [*own, *(m for m in self.masks if m not in own)]
+        if not groups.tracks_trees:
+            pids = self.effective_limits(sandbox.spec.limits).pids
+            extras["rlimits"] = {resource.RLIMIT_NPROC: pids} if pids else {}
+        return extras
+
+    @property
+    def rootless_map(self) -> userns.IdMap:
+        if self._rootless_map is None:
+            self._rootless_map = userns.rootless_map()
+        return self._rootless_map
+
+    def forget_ids(self, name: str) -> None:
+        """Root mode: give a destroyed sandbox's block of ids back."""
+        if not self.rootless:
+            userns.release_slot(self.home, name)
 
     def effective_limits(self, requested: Limits) -> Limits:
         return Limits(
@@ -216,6 +259,11 @@ class LocalBackend(Backend):
         if limits.disk_bytes is not None and limits.disk_bytes < 1 << 20:
             raise InvalidInput(f"disk limit must be at least 1 MiB, got {limits.disk_bytes}")
         self.store.check_disk_limit(limits.disk_bytes)  # Unsupported where it cannot be enforced
+        if self.rootless and not self._cgroups_usable():
+            refused = [label for label, value in (("memory", limits.memory_bytes), ("cpus", limits.cpus)) if value]
+            if refused:
+                raise Unsupported(f"rootless without a delegated cgroup cannot enforce a {' or '.join(refused)} "
+                                  "limit (processes are limited per user id inside); see `hermes-sandboxes doctor`")
         if spec.image is not None:
             raise Unsupported("the local backend builds on a root filesystem directory, not an image: "
                               "set the local backend's 'base' setting instead")
@@ -224,7 +272,17 @@ class LocalBackend(Backend):
 
     def _new_meta(self, name: str, spec: SandboxSpec, *, ephemeral: bool, **more: object) -> dict[str, object]:
         return {"name": name, "ephemeral": ephemeral, "created_at": time.time(), "spec": spec.to_dict(),
-                "backend": self.name, "local": {"base": self.base, "masks": list(self.masks)}, **more}
+                "backend": self.name, "local": {"base": self._base_for_new(), "masks": list(self.masks)}, **more}
+
+    def _base_for_new(self) -> str | None:
+        """The base a new sandbox is built on. Rootless: never the host's / (the kernel refuses an
+        overlay of it in a user namespace, and host root's files could not change through one)."""
+        if self.base is not None or not self.rootless:
+            return self.base
+        built = getattr(self.store, "rootless_base", lambda: None)()
+        if built is None:
+            raise BackendUnavailable(NO_BASE)
+        return str(built)
 
     def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> LocalSandbox:
         validate_name(name)
@@ -394,6 +452,28 @@ class LocalBackend(Backend):
         from hermes_sandboxes.backends.local.doctor import run_checks
 
         return run_checks(self)
+
+
+NO_BASE = ("a rootless sandbox needs a base root filesystem you own: build one with `hermes-sandboxes store base`, "
+           "or set the local backend's 'base' setting to a directory with bin/, usr/, etc/")
+
+
+def _built_base() -> bool:
+    """Whether the rootless base is built (a look at its cache, never a build)."""
+    from hermes_sandboxes.backends.local.store import baseimage
+
+    try:
+        return baseimage.built() is not None
+    except OSError:  # a cache directory this user cannot read (HOME left at another user's)
+        return False
+
+
+def rootless_unavailable_reason() -> str | None:
+    """Why this user cannot run rootless sandboxes here, one line per missing prerequisite."""
+    from hermes_sandboxes.backends.local import prereqs
+
+    found = prereqs.blockers()
+    return "; ".join(found) if found else None
 
 
 def machine_unavailable_reason() -> str | None:

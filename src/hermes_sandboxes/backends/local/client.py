@@ -8,6 +8,7 @@ child that inherited stdout must not make the caller wait forever.
 from __future__ import annotations
 
 import _socket
+import contextlib
 import os
 import select
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 from hermes_sandboxes.backends.local import cgroups
 from hermes_sandboxes.backends.local.guest import protocol
 from hermes_sandboxes.backends.pump import SinkGuard
-from hermes_sandboxes.errors import ExecFailed
+from hermes_sandboxes.errors import ExecFailed, SandboxError
 from hermes_sandboxes.sandbox import OutputSink, Process
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
@@ -74,7 +75,7 @@ class LocalProcess(Process):
         *,
         sandbox: str,
         socket_path: str,
-        freezer: Path,
+        freezer: Path | None,
         request: Mapping[str, Any],
         stdin: Stdin,
         on_stdout: OutputSink | None,
@@ -93,7 +94,8 @@ class LocalProcess(Process):
         self._pumping: int | None = None  # the thread pumping now, if any
         self.pid: int | None = None
         self.exec_id = exec_id or os.urandom(8).hex()  # names the command's group (a tag, or random)
-        self._group = freezer / f"x{self.exec_id}"
+        self._group = freezer / f"x{self.exec_id}" if freezer is not None else None
+        self._socket_path = socket_path
         if attach is not None:  # the caller's own descriptors (a terminal, say): no pipes of ours
             theirs, ours, in_w = list(attach), {}, -1
         else:
@@ -215,13 +217,21 @@ class LocalProcess(Process):
         # the group exists (and holds the command) once init has answered "started"
         if not self._await_started(10.0) or self._done.is_set():
             return
-        cgroups.kill_group(self._group)
+        self._kill_tree()
 
     def kill_group(self) -> None:
         """Kill everything the command started, also after the command itself has exited: its
         background jobs (an interactive shell's ``sleep 600 &``) live in the same group."""
         if self._await_started(10.0):
+            self._kill_tree()
+
+    def _kill_tree(self) -> None:
+        """The command's group, or without cgroups its session (the init kills it)."""
+        if self._group is not None:
             cgroups.kill_group(self._group)
+            return
+        with contextlib.suppress(SandboxError):
+            cgroups.ask_init(self._socket_path, {"op": "kill", "id": self.exec_id})
 
     def _await_started(self, timeout: float) -> bool:
         """Wait for init's "started" answer, reading it ourselves when nobody else is pumping or

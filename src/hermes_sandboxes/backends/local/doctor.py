@@ -82,29 +82,57 @@ def _rootless_base_check() -> DoctorCheck:
     return DoctorCheck(False, "rootless base (Debian root owned by your id range)", f"not built yet: {fix}")
 
 
+def _rootless_checks(backend: LocalBackend) -> list[DoctorCheck]:
+    """As a normal user: the mode, each prerequisite with its fix, and what is enforced."""
+    from hermes_sandboxes.backends.local import prereqs
+
+    checks = [DoctorCheck(True, "mode", f"rootless (uid {os.getuid()}): sandboxes run in user namespaces of "
+                                         "yours; nothing needs root, a setuid helper of ours or a daemon")]
+    checks += [DoctorCheck(c.ok, c.label, c.detail) for c in prereqs.userns_checks()]
+    mapping = prereqs.mapping_check()
+    checks.append(DoctorCheck(True, mapping.label, mapping.detail))  # optional: says what it breaks
+    found = cgroups.probe()
+    if not found.fatal and found.version is not None:
+        checks += _cgroup_checks()
+    else:
+        checks.append(DoctorCheck(True, "limits (no delegated cgroup)",
+                                  "memory and cpus limits are refused; processes are limited per user id inside "
+                                  "(RLIMIT_NPROC); a command's tree is its session. For every limit run under a "
+                                  "systemd user session with a delegated cgroup v2 subtree: `systemd-run --user "
+                                  "--scope -p Delegate=yes hermes-sandboxes ...`"))
+    if backend.base:
+        checks.append(DoctorCheck(True, "base root filesystem (setting base)", backend.base))
+    return checks
+
+
 def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
-    checks = [DoctorCheck(os.geteuid() == 0, "running as root",
-                          "yes" if os.geteuid() == 0 else "no: namespaces, mounts and cgroups need root")]
+    if backend.rootless:
+        checks = _rootless_checks(backend)
+    else:
+        checks = [DoctorCheck(True, "running as root", "yes (rootful mode: each sandbox's root is a block of "
+                                                       "host ids of its own)")]
     ns = [n for n in ("mnt", "pid", "uts", "ipc", "net", "cgroup") if not Path(f"/proc/self/ns/{n}").exists()]
     checks.append(DoctorCheck(not ns, "namespaces (mount, pid, uts, ipc, net, cgroup)",
                               "available" if not ns else f"missing: {', '.join(ns)}"))
     fs = _filesystems()
     checks.append(DoctorCheck("overlay" in fs, "overlayfs", "available" if "overlay" in fs
                               else "not in /proc/filesystems (modprobe overlay)"))
-    checks += _cgroup_checks()
+    if not backend.rootless:
+        checks += _cgroup_checks()
     seccomp = syscall_filter.unavailable_reason()
     checks.append(DoctorCheck(seccomp is None, "syscall filter (seccomp via libseccomp)",
                               "available" if seccomp is None else seccomp))
     mkfs = shutil.which("mkfs.btrfs")
-    checks.append(DoctorCheck(bool(mkfs), "btrfs-progs (constant-time checkpoints)",
-                              mkfs or "mkfs.btrfs not found: apt-get install btrfs-progs"))
+    if not backend.rootless:
+        checks.append(DoctorCheck(bool(mkfs), "btrfs-progs (constant-time checkpoints)",
+                                  mkfs or "mkfs.btrfs not found: apt-get install btrfs-progs"))
     reason = backend.unavailable_reason()
     if reason is None:
         try:
             store = backend.store
             checks.append(DoctorCheck(True, "sandbox store", f"{store.kind} at {store.root}: {store.description}"))
             checks.append(_disk_limit_check(store.kind) if not store.rootless else _rootless_disk_check(store))
-            if store.rootless:
+            if store.rootless and not backend.base:
                 checks.append(_rootless_base_check())
         except Exception as exc:  # doctor reports, it never raises
             checks.append(DoctorCheck(False, "sandbox store", str(exc)))

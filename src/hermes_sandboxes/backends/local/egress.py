@@ -88,8 +88,12 @@ def command_env(run_dir: Path, credentials: Sequence[BrokeredCredential]) -> dic
     return env
 
 
-def _inside_dir(init_pid: int) -> int:
-    """An O_PATH descriptor of /dev/hermes-egress inside the sandbox of that init."""
+def _inside_dir(init_pid: int, shared: Path | None = None) -> int:
+    """An O_PATH descriptor of /dev/hermes-egress inside the sandbox of that init. ``shared``:
+    rootless, where the init's /proc entry is out of a user's reach (the init is not dumpable),
+    that directory is a host one bound read-only inside (rootfs.py): this is its host side."""
+    if shared is not None:
+        return os.open(shared, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
     dev = os.open(f"/proc/{init_pid}/root/dev", os.O_PATH | os.O_DIRECTORY)
     try:
         name = forwarder.INSIDE_DIR.removeprefix("/dev/")
@@ -120,13 +124,13 @@ def _install_trust(dir_fd: int, ca_dir: Path, lower: str) -> None:
 
 def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[str], audit: Path, ca_dir: Path,
                 lower: str, credentials: Sequence[BrokeredCredential], upstream_ca: str | None,
-                lookup: SecretLookup | None = None) -> dict[str, Any]:
+                lookup: SecretLookup | None = None, shared: Path | None = None) -> dict[str, Any]:
     """Start the proxy of the sandbox whose init runs as ``init_pid``; returns its record
-    ({"pid", "start"}) for init.json."""
+    ({"pid", "start"}) for init.json. ``shared``: see _inside_dir."""
     files = EgressFiles(run_dir)
     files.write_policy(allow)
     try:
-        dir_fd = _inside_dir(init_pid)
+        dir_fd = _inside_dir(init_pid, shared)
     except OSError as exc:
         raise SandboxError(f"sandbox {sandbox}: cannot reach {forwarder.INSIDE_DIR} inside ({exc.strerror}; "
                            "removed or replaced from inside?); stop the sandbox and run a command to start "
@@ -162,11 +166,15 @@ def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[s
 
 def _bind(dir_fd: int, name: str) -> socket.socket:
     """A listening unix socket ``name`` in that directory (an old one, from a proxy that died, is
-    replaced). Root inside connects; the checks are the proxy's, not the socket's mode."""
+    replaced). Root inside connects; the checks are the proxy's, not the socket's mode. It belongs
+    to whoever owns the directory (root inside, made it), whose host ids are not host root's in a
+    user namespace of the sandbox's own."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(f"/proc/self/fd/{dir_fd}/{name}")
+    owner = os.stat(dir_fd)
+    os.chown(name, owner.st_uid, owner.st_gid, dir_fd=dir_fd, follow_symlinks=False)
     listener.listen(128)
     return listener
 

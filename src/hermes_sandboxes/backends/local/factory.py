@@ -34,9 +34,11 @@ def from_values(values: Mapping[str, Any], context: BuildContext | None = None) 
     credentials or name an upstream CA: those take the full model."""
     import os
 
+    from hermes_sandboxes.backends.local import paths
+
     if values.get("brokered") or values.get("upstream_ca"):
         return None
-    home = values.get("home") or os.environ.get("HERMES_SANDBOXES_HOME") or "/var/lib/hermes-sandboxes"
+    home = values.get("home") or os.environ.get("HERMES_SANDBOXES_HOME") or paths.default_home()
     return LocalBackend(home, base=values.get("base"), masks=tuple(values.get("masks") or ()),
                         secret_lookup=context.secret_lookup if context else None,
                         audit_path=context.audit_path if context else None)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import marshal
 import os
+import resource
 import signal
 import socket
 from pathlib import Path
 
+from hermes_sandboxes.backends.local import userns
 from hermes_sandboxes.backends.local.guest import init, masks
 
 TYPE_CHECKING = False  # typing is not imported at run time (see init)
@@ -64,15 +66,32 @@ def _launcher(control: socket.socket, fd: int) -> None:
         with socket.socket(fileno=fd) as conn, conn.makefile("rb") as messages:
             try:
                 first = _message(messages)
-                init.prepare(first)
+                init.join_groups(first)
+                ns_fd = _user_namespace(first.get("userns"))
+                init.make_namespaces(first)
+                for resource_id, limit in first.get("rlimits", {}).items():
+                    resource.setrlimit(resource_id, (limit, limit))
                 hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
-                cfg = {**_message(messages), "hide": hide}
+                cfg = {**_message(messages), "hide": [*hide, *first.get("masks", ())], "userns": first.get("userns"),
+                       "userns_fd": ns_fd}
                 answer = f"pid {init.launch(cfg, fd)}\n".encode()
             except Exception as exc:
                 answer = f"error {exc or type(exc).__name__}\n".encode()
             conn.sendall(answer)
     finally:
         os._exit(0)
+
+
+def _user_namespace(spec: dict[str, Any] | None) -> int | None:
+    """Root mode: a descriptor of the sandbox's user namespace (the init enters it once set up).
+    Rootless: this launcher enters a new one now, so every namespace it makes next is owned by it."""
+    if not spec:
+        return None
+    idmap = userns.IdMap(tuple(tuple(line) for line in spec["uids"]), tuple(tuple(line) for line in spec["gids"]))
+    if spec["mode"] == "root":
+        return userns.owned_namespace(idmap)
+    userns.enter_new(idmap)
+    return None
 
 
 def _message(messages: BinaryIO) -> dict[str, Any]:

@@ -144,6 +144,8 @@ def thaw_if_frozen(groups: cgroups.SandboxCgroups) -> None:
 def clear_groups(groups: cgroups.SandboxCgroups) -> None:
     """Kill whatever is still in the incarnation's box and wait until it is empty (normally nothing
     is left, so this only looks)."""
+    if not groups.tracks_trees:
+        return  # no group: killing the init ends its pid namespace, all of it
     if cgroups.procs(groups.freezer):
         cgroups.kill_group(groups.freezer, reaped=False)
 

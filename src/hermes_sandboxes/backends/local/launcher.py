@@ -97,13 +97,16 @@ class Launch:
     gets the rest ready; finish() hands it the rest and waits for the init. A launch dropped
     unfinished (close(), or this process dying) starts nothing."""
 
-    def __init__(self, name: str, join_dirs: list[str], network: str, store_home: Path, lower: str) -> None:
+    def __init__(self, name: str, join_dirs: list[str], network: str, store_home: Path, lower: str,
+                 more: dict[str, Any] | None = None) -> None:
+        """``more``: ``userns`` (the id map and mode, see userns.py), ``masks`` (paths the init
+        covers inside), ``rlimits`` (resource number -> limit, set before the init starts)."""
         self.name = name
         self._conn, theirs = socket.socketpair()
         try:
             _request(theirs)
             self._conn.sendall(marshal.dumps({"cgroups": join_dirs, "network": network,
-                                              "store_home": str(store_home), "lower": lower}))
+                                              "store_home": str(store_home), "lower": lower, **(more or {})}))
         except BaseException:
             self._conn.close()
             raise

@@ -33,8 +33,17 @@ _SOCKET_DIGEST = 16  # sockets are named by a digest of the sandbox name, not th
 # the 108-byte limit of a socket path leaves room for a long home however long the name
 
 
+def default_home() -> Path:
+    """Root: /var/lib/hermes-sandboxes. Anyone else (rootless): $XDG_DATA_HOME/hermes-sandboxes,
+    else ~/.local/share/hermes-sandboxes."""
+    if os.geteuid() == 0:
+        return DEFAULT_HOME
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share") / "hermes-sandboxes"
+
+
 def resolve_home(home: str | os.PathLike[str] | None) -> Path:
-    path = Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).absolute()
+    path = Path(home or os.environ.get(HOME_ENV) or default_home()).absolute()
     text = str(path)
     if any(c in text for c in ",:\\ \n\t"):
         # the path goes into overlayfs mount options, where these characters are separators

@@ -46,4 +46,19 @@ def open_in(init_pid: int, sandbox: str) -> tuple[int, int]:
     except BaseException:
         os.close(master)
         raise
+    _give_to_root_inside(init_pid, slave)
     return master, slave
+
+
+def _give_to_root_inside(init_pid: int, slave: int) -> None:
+    """The slave belongs to whoever opened ptmx (host root, in root mode): give it to the host ids
+    of the sandbox's root, which differ in a user namespace of its own, or the shell inside could
+    not open it by name to make it its controlling terminal (and would never see a hang-up)."""
+    try:
+        with open(f"/proc/{init_pid}/status") as f:
+            ids = {line.split(":")[0]: int(line.split()[1]) for line in f if line.startswith(("Uid:", "Gid:"))}
+    except (OSError, ValueError, IndexError):
+        return
+    uid, gid = ids.get("Uid"), ids.get("Gid")
+    if uid is not None and gid is not None and uid != os.geteuid():
+        os.fchown(slave, uid, gid)

@@ -56,6 +56,8 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     trust = lazy_module("hermes_sandboxes.backends.local.trust")
     policy = lazy_module("hermes_sandboxes.allowlist")
 
+forwarder_dir = "/dev/hermes-egress"  # guest/forwarder.py's INSIDE_DIR (not imported on the exec path)
+
 # Commands start with this environment, never the host's; the caller's env is laid over it.
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -139,7 +141,7 @@ class LocalSandbox(Sandbox):
     def is_running(self) -> bool:
         return self._runtime() is not None
 
-    def _ensure_running(self) -> tuple[str, Path]:
+    def _ensure_running(self) -> tuple[str, Path | None]:
         """Socket path and freezer group of a running init, starting one if needed."""
         state = self._runtime()
         if state is None:
@@ -155,7 +157,7 @@ class LocalSandbox(Sandbox):
         groups = cgroups.from_state(state["cgroups"])
         if groups.is_frozen() and not paths.is_locked(self._lock):
             groups.thaw()  # a checkpoint was killed while the sandbox was frozen
-        return str(self._socket), groups.freezer
+        return str(self._socket), groups.freezer if groups.tracks_trees else None
 
     def _prepare_start(self, current: cgroups.SandboxCgroups | None = None,
                        ) -> tuple[cgroups.SandboxCgroups, launcher.Launch]:
@@ -166,8 +168,12 @@ class LocalSandbox(Sandbox):
         groups.create(self._backend.effective_limits(self.spec.limits))
         incarnation.thaw_if_frozen(groups)  # left frozen by a checkpoint killed midway: the launcher would stop
         incarnation.clear_groups(groups)  # the launcher joins an empty box (a start cut short may have left one)
+        extras = self._backend.launch_extras(self.name, self, groups)
+        owner = extras["userns"]["outer"] if extras["userns"]["mode"] == "root" else None
+        if owner is not None and groups.tracks_trees:
+            groups.delegate(*owner)
         return groups, launcher.Launch(self.name, groups.join_dirs, self.spec.network, self._backend.home,
-                                       self.base or "/")
+                                       self.lower, extras)
 
     def _recorded_groups(self) -> cgroups.SandboxCgroups | None:
         """The groups of the incarnation init.json records for this boot (running or not)."""
@@ -208,6 +214,8 @@ class LocalSandbox(Sandbox):
                 state["egress"] = self._start_proxy(pid)
             except BaseException:
                 groups.kill_all()  # no half-started sandbox: the next command starts both again
+                if not groups.tracks_trees:
+                    incarnation.stop(pid, paths.process_start_time(pid), groups)
                 raise
         paths.write_json(self._run / "init.json", state, durable=False)  # meaningless after a reboot
         return state
@@ -224,20 +232,29 @@ class LocalSandbox(Sandbox):
         return {
             "name": self.name,
             "hostname": self.name,
-            "lower": self.base or "/",
+            "lower": self.lower,
             "upper": str(layer / "upper"),
             "work": str(layer / "work"),
             "merged": str(self._run / "root"),
             "socket": str(self._socket),
             "log": str(self._run / "init.log"),
             "network": self.spec.network,
+            "binds": self._binds(),
             "trust": self._trust_layer(layer / "upper", self.base or "/"),
             "cgroups": groups.join_dirs,
-            "freezer": str(groups.freezer),
+            "freezer": str(groups.freezer) if groups.tracks_trees else None,
             "idle_timeout": self.spec.idle_timeout,
             "stops": str(self._stops),
             "use_lock": str(self._use_lock),
         }
+
+    def _binds(self) -> list[tuple[str, str]]:
+        """Host directories the init binds read-only inside (rootless proxy: see egress._inside_dir)."""
+        shared = self._shared_egress_dir
+        if shared is None:
+            return []
+        shared.mkdir(mode=0o755, exist_ok=True)
+        return [(str(shared), forwarder_dir)]
 
     def _reload_spec(self) -> None:
         """The spec as recorded now: another process (the CLI's ``network allow``) may have changed
@@ -253,7 +270,13 @@ class LocalSandbox(Sandbox):
         return egress.start_proxy(
             sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
             audit=backend.audit_log(), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
-            credentials=backend.credentials, upstream_ca=backend.upstream_ca, lookup=backend.secret_lookup)
+            credentials=backend.credentials, upstream_ca=backend.upstream_ca, lookup=backend.secret_lookup,
+            shared=self._shared_egress_dir)
+
+    @property
+    def _shared_egress_dir(self) -> Path | None:
+        """Rootless proxy sandboxes: the host directory bound read-only at /dev/hermes-egress."""
+        return self._run / "egress-inside" if self._backend.rootless and self.spec.network == "proxy" else None
 
     def _restart_proxy(self) -> dict[str, Any]:
         """Start the egress proxy again for a running init whose proxy died (caller holds the lock)."""
@@ -284,6 +307,11 @@ class LocalSandbox(Sandbox):
                 egress.EgressFiles(self._run).write_policy(entries)
 
     @property
+    def lower(self) -> str:
+        """What the overlay root is built on: the base, else the host's / (root mode)."""
+        return self.base or "/"
+
+    @property
     def base(self) -> str | None:
         """The root filesystem directory this sandbox was built on (None: the host's ``/``)."""
         base = self.local_meta.get("base")
@@ -292,6 +320,8 @@ class LocalSandbox(Sandbox):
     def apply_masks(self) -> None:
         """Hide host secrets in the writable layer (idempotent). Done at creation, so that a
         checkpoint taken before the first command already has them and diffs never show them."""
+        if self._backend.rootless:
+            return  # its base is its own tree: masks are mounts the init makes (launch_extras)
         if masks.register_store(self._backend.home):  # other stores' sandboxes hide this one from now on
             hiding.hide_store_from_running_sandboxes(self._backend.home)
         extra = [*self.local_meta["masks"], *(m for m in self._backend.masks if m not in self.local_meta["masks"])]
@@ -447,7 +477,10 @@ class LocalSandbox(Sandbox):
         runtime = self._runtime()
         if runtime is None:
             return False
-        group = cgroups.from_state(runtime["cgroups"]).freezer / f"x{tag}"
+        groups = cgroups.from_state(runtime["cgroups"])
+        if not groups.tracks_trees:
+            return bool(cgroups.ask_init(str(self._socket), {"op": "kill", "id": tag}).get("killed"))
+        group = groups.freezer / f"x{tag}"
         if not cgroups.procs(group):
             return False
         cgroups.kill_group(group)
@@ -682,6 +715,7 @@ class LocalSandbox(Sandbox):
             _rmtree(self._run)
             self._socket.unlink(missing_ok=True)
             _rmtree(self._meta_file.parent)
+            self._backend.forget_ids(self.name)
 
 
 def _refuse_nul(what: str, text: str) -> None:

@@ -33,7 +33,8 @@ class Brokered(BaseModel):
 
 
 class LocalSettings(SpecSettings):
-    """``home``: the store directory (else $HERMES_SANDBOXES_HOME, else /var/lib/hermes-sandboxes);
+    """``home``: the store directory (else $HERMES_SANDBOXES_HOME, else /var/lib/hermes-sandboxes for
+    root and ~/.local/share/hermes-sandboxes for anyone else);
     ``base``: a root filesystem directory new sandboxes are built on (default the host's /);
     ``masks``: more host paths to hide inside; ``brokered``: credentials the egress proxy of
     ``proxy`` sandboxes adds to requests, by the variable name commands see a placeholder in;
@@ -82,7 +83,9 @@ class LocalSettings(SpecSettings):
         return _absolute_paths(value)
 
     def store_home(self) -> Path:
-        return Path(self.home or os.environ.get(STORE_HOME_ENV) or DEFAULT_STORE_HOME)
+        from hermes_sandboxes.backends.local import paths
+
+        return Path(self.home or os.environ.get(STORE_HOME_ENV) or paths.default_home())
 
 
 def _credentials(brokered: dict[str, Brokered]) -> tuple[BrokeredCredential, ...]:

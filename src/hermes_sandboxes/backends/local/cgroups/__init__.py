@@ -22,6 +22,7 @@ from hermes_sandboxes.backends.local.cgroups.base import (
 )
 from hermes_sandboxes.backends.local.cgroups.groupfs import freeze, is_frozen, kill_group, procs, remove_tree, thaw
 from hermes_sandboxes.backends.local.cgroups.hierarchies import UNIFIED, Hierarchy
+from hermes_sandboxes.backends.local.cgroups.none import NoCgroups, ask_init
 from hermes_sandboxes.backends.local.cgroups.v1 import V1Cgroups
 from hermes_sandboxes.backends.local.cgroups.v2 import LIMIT_CONTROLLERS, V2Cgroups
 from hermes_sandboxes.errors import BackendUnavailable
@@ -32,9 +33,27 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
-    "BOX", "BOXES", "LIMIT_CONTROLLERS", "PARENT_PREFIX", "Probe", "SandboxCgroups", "ceiling", "for_sandbox",
-    "freeze", "from_state", "is_frozen", "kill_group", "next_box", "probe", "procs", "remove_tree",
-    "store_dir_name", "store_groups", "thaw",
+    "BOX",
+    "BOXES",
+    "LIMIT_CONTROLLERS",
+    "PARENT_PREFIX",
+    "NoCgroups",
+    "Probe",
+    "SandboxCgroups",
+    "ask_init",
+    "ceiling",
+    "for_sandbox",
+    "freeze",
+    "from_state",
+    "is_frozen",
+    "kill_group",
+    "next_box",
+    "probe",
+    "procs",
+    "remove_tree",
+    "store_dir_name",
+    "store_groups",
+    "thaw",
 ]
 
 _V2_FREEZE = (5, 2)  # cgroup.freeze
@@ -123,6 +142,8 @@ def probe(found: list[Hierarchy] | None = None) -> Probe:
 def for_sandbox(home: Path, name: str) -> SandboxCgroups:
     """The groups sandbox ``name`` of the store at ``home`` gets on this host."""
     found = probe()
+    if (found.fatal or found.version is None) and os.geteuid() != 0:
+        return NoCgroups.of(home, name)  # rootless without a delegated cgroup
     if found.fatal or found.version is None:
         raise BackendUnavailable("local sandboxes need cgroups: " + "; ".join(found.fatal))
     parent = store_dir_name(home)
@@ -134,6 +155,8 @@ def from_state(state: Any) -> SandboxCgroups:
     """The groups recorded for a running init (``SandboxCgroups.to_state``)."""
     if isinstance(state, dict) and "version" in state:
         box = str(state.get("box") or BOX)
+        if state["version"] == 0:
+            return NoCgroups(state["dirs"], box)
         return V2Cgroups(state["dirs"], box) if state["version"] == 2 else V1Cgroups(state["dirs"], box)
     return V1Cgroups(state)  # recorded by an older version: v1 controller -> directory
 

@@ -78,6 +78,7 @@ class SandboxCgroups(ABC):
 
     version: int = 0
     freezer_key: str = ""  # the hierarchy whose groups freeze and kill
+    tracks_trees = True  # every process a command starts stays in its group (cgroups.none: no group)
 
     def __init__(self, dirs: Mapping[str, str], box: str = BOX) -> None:
         self.dirs = dict(dirs)
@@ -104,6 +105,18 @@ class SandboxCgroups(ABC):
     def join_dirs(self) -> list[str]:
         """The groups the launcher moves itself into (so the init is born inside them)."""
         return [os.path.join(d, self.box) for d in self.dirs.values()]
+
+    def delegate(self, uid: int, gid: int) -> None:
+        """Hand the incarnation's box in the freezing hierarchy to the host ids of the sandbox's
+        root (root mode runs the init in a user namespace of its own): it makes, moves into,
+        renames and removes the commands' groups there, as systemd lets a delegated service do.
+        The limits sit on the sandbox's group above, which stays root's; nothing inside the sandbox
+        sees the host's cgroup tree (its cgroup namespace and mounts)."""
+        box = self.freezer
+        os.chown(box, uid, gid)
+        for name in ("cgroup.procs", "tasks", "cgroup.threads"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(box / name, uid, gid)
 
     def leftovers(self) -> list[Path]:
         """The commands' groups left in this box (of an incarnation killed while they ran), in every

@@ -21,6 +21,8 @@ import signal
 import socket
 import threading
 
+from hermes_sandboxes.backends.local.guest import syscalls as sc
+
 PORT = 3128
 INSIDE_DIR = "/dev/hermes-egress"
 SOCKET_NAME = "proxy.sock"
@@ -64,7 +66,7 @@ def _serve(listener: socket.socket, path: str) -> None:
         threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
 
 
-NAME = b"hermes-forward"  # what ps shows inside for the forwarder (/proc/self/comm)
+NAME = b"hermes-forward"  # what ps shows inside for the forwarder (its comm)
 
 
 def start() -> int:
@@ -81,11 +83,9 @@ def start() -> int:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
                 signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
-            try:  # its name in ps inside, as the stubs have theirs (tests tell them apart by it)
-                with open("/proc/self/comm", "wb") as comm:
-                    comm.write(NAME)
-            except OSError:
-                pass  # only a name
+            # its name in ps inside, as the stubs have theirs (tests tell them apart by it); a prctl:
+            # /proc/self/comm of a non-dumpable process is host root's to write
+            sc.set_name(NAME)
             keep = listener.fileno()
             os.closerange(3, keep)
             os.closerange(keep + 1, 1 << 16)

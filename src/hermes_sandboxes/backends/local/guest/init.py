@@ -38,7 +38,7 @@ import struct
 import sys
 import time
 
-from hermes_sandboxes.backends.local.guest import fileops, protocol, rootfs, stub
+from hermes_sandboxes.backends.local.guest import fileops, protocol, rootfs, sessions, stub
 from hermes_sandboxes.backends.local.guest import runner as command
 from hermes_sandboxes.backends.local.guest import syscalls as sc
 
@@ -117,18 +117,22 @@ class Init:
     use_fd = -1  # the host's use lock of this sandbox
 
     def __init__(self, listener: socket.socket, freezer_fd: int, helper_caps: frozenset[int]) -> None:
+        """``freezer_fd`` -1: no cgroups (rootless without delegation): a command's tree is its
+        session, killed and frozen by the init itself (``kill``, ``freeze``, ``thaw``)."""
         self.listener = listener
         self.last_active = time.monotonic()
         self.helper_caps = helper_caps
         self.freezer_fd = freezer_fd
-        self.home_procs = os.open("cgroup.procs", os.O_WRONLY, dir_fd=freezer_fd)
+        self.home_procs = os.open("cgroup.procs", os.O_WRONLY, dir_fd=freezer_fd) if freezer_fd >= 0 else -1
         self.sel = selectors.DefaultSelector()
         self.children: dict[int, tuple[socket.socket | None, str]] = {}
         self.idle_groups: set[str] = set()
+        self.sessions: dict[str, int] = {}  # exec id -> its session, without cgroups
         # A spare group is renamed into the command's: cgroup v1 only (v2 has no rename, and its
         # per-command groups keep the init's move; CLONE_INTO_CGROUP would avoid it there but
         # Python's posix_spawn does not offer it).
-        self.stubs = stub.Pool(freezer_fd, self.idle_groups, not _exists("cgroup.controllers", freezer_fd))
+        self.stubs = stub.Pool(freezer_fd, self.idle_groups,
+                               freezer_fd >= 0 and not _exists("cgroup.controllers", freezer_fd))
 
     def serve(self) -> None:
         wake_r, wake_w = socket.socketpair()
@@ -204,6 +208,8 @@ class Init:
         try:
             if op == "ping":
                 protocol.send(conn, {"ok": True, "pid": os.getpid()})
+            elif op in ("kill", "freeze", "thaw") and self.freezer_fd < 0:
+                protocol.send(conn, sessions.handle(op, message, self.sessions, self.children))
             elif op == "exec":
                 pid = self._spawn(conn, message, fds)
                 protocol.send(conn, {"started": pid})
@@ -223,6 +229,12 @@ class Init:
             raise OSError(errno.EINVAL, "malformed exec request")
         group = f"x{exec_id}"
         builtin = message.get("builtin")
+        if self.freezer_fd < 0:
+            pid = (_fork_builtin(str(builtin), message, fds, self.helper_caps) if builtin
+                   else _spawn_command(message, fds))
+            self.children[pid] = (conn, group)
+            sessions.remember(self.sessions, exec_id, pid)
+            return pid
         pid = 0 if builtin else self.stubs.take(group, message, fds)
         if not pid:
             if not self.stubs.renamed:
@@ -287,7 +299,8 @@ class Init:
                 continue
             conn, group = entry
             self.last_active = time.monotonic()
-            self.idle_groups.add(group)
+            if self.freezer_fd >= 0:
+                self.idle_groups.add(group)
             if conn is not None:
                 _send_quietly(conn, {"exit": _exit_code(status)})
                 self._close(conn)
@@ -352,6 +365,15 @@ def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: froz
     return pid
 
 
+def _enter_user_namespace(ns_fd: int) -> None:
+    """Root mode: become root of the sandbox's own user namespace (its ids are a block of host ids
+    no account uses), once everything that needs host root is set up."""
+    sc.setns(ns_fd, sc.CLONE_NEWUSER)
+    os.setgroups([0])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+
+
 def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> None:
     log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     devnull = os.open("/dev/null", os.O_RDONLY)
@@ -360,7 +382,7 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     os.dup2(log, 2)
     os.close(log)
     os.close(devnull)
-    freezer_fd = os.open(cfg["freezer"], os.O_RDONLY | os.O_DIRECTORY)
+    freezer_fd = os.open(cfg["freezer"], os.O_RDONLY | os.O_DIRECTORY) if cfg.get("freezer") else -1
     idle = cfg.get("idle_timeout")
     if idle:  # host files the idle stop needs, opened while the host's paths are in reach
         stops_fd = os.open(cfg["stops"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -368,8 +390,11 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     if cfg["network"] == "proxy":  # imported while the host's modules are still in reach (threads)
         from hermes_sandboxes.backends.local.guest import forwarder
     socket.sethostname(cfg["hostname"])
-    rootfs.build_and_enter(lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"],
-                           above=cfg.get("trust"))
+    ns_fd, ids = cfg.get("userns_fd"), cfg.get("userns") or {}
+    idmapped = rootfs.build_and_enter(
+        lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"], above=cfg.get("trust"),
+        idmap_fd=ns_fd, mounter=tuple(ids["outer"]) if ns_fd is not None else None,
+        userxattr=ids.get("mode") == "rootless", binds=[tuple(b) for b in cfg.get("binds", ())])
     rootfs.hide(cfg.get("hide", ()))
     # Every module the init needs is loaded: no later import may search the sandbox's files (its
     # /root could hold a planted copy of the standard library's path).
@@ -377,6 +402,13 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     sys.path_importer_cache.clear()
     if cfg["network"] in ("loopback", "proxy"):
         _loopback_up()
+    if ns_fd is not None:
+        if idmapped:
+            _enter_user_namespace(ns_fd)
+        else:
+            sys.stderr.write("hermes-sandboxes init: the base's filesystem has no idmapped mounts: root inside "
+                             "is host root (its per-user kernel limits are shared)\n")
+        os.close(ns_fd)
     caps = command_capabilities(cfg["network"] == "host")
     _drop_privileges(caps, cfg["seccomp"])
     sc.prctl(sc.PR_SET_DUMPABLE, 0)  # /proc/1 stays out of reach of root inside (no ptrace, no fd links)
@@ -398,19 +430,37 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     init.serve()
 
 
-def prepare(cfg: dict[str, Any]) -> None:
-    """The launcher's first step, which needs nothing of the sandbox's files: join the groups of
-    the new incarnation (``cgroups``) and make the namespaces (``network`` says whether its own)."""
+def join_groups(cfg: dict[str, Any]) -> None:
+    """The launcher's first step: join the groups of the new incarnation (``cgroups``)."""
     for path in cfg["cgroups"]:
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write("0")
-    # A cgroup namespace rooted at the groups just joined: the host's cgroup paths stay out of
-    # /proc/self/cgroup inside, and the sandbox's own view of cgroups (and any cgroup mount it
-    # could make) starts below the groups that carry its limits.
+
+
+_OWN_NETWORK_SYSCTLS = (("net/ipv4/ip_unprivileged_port_start", "0"), ("net/ipv4/ping_group_range", "0 2147483647"))
+
+
+def make_namespaces(cfg: dict[str, Any]) -> None:
+    """Make the namespaces (``network`` says whether its own). A cgroup namespace rooted at the
+    groups just joined: the host's cgroup paths stay out of /proc/self/cgroup inside, and the
+    sandbox's own view of cgroups (and any cgroup mount it could make) starts below the groups
+    that carry its limits. In root mode the namespaces belong to host root, not to the sandbox's
+    user namespace: its root binds low ports and pings in its own network through these sysctls."""
     flags = sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWCGROUP
     if cfg["network"] != "host":
         flags |= sc.CLONE_NEWNET
     sc.unshare(flags)
+    if cfg["network"] != "host" and (cfg.get("userns") or {}).get("mode") == "root":
+        for name, value in _OWN_NETWORK_SYSCTLS:
+            with open(f"/proc/sys/{name}", "w") as f:
+                f.write(value)
+
+
+def prepare(cfg: dict[str, Any]) -> None:
+    """The launcher's first step, which needs nothing of the sandbox's files: join the groups and
+    make the namespaces (see join_groups and make_namespaces)."""
+    join_groups(cfg)
+    make_namespaces(cfg)
 
 
 def launch(cfg: dict[str, Any], reply: int) -> int:

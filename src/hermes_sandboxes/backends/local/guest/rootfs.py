@@ -52,18 +52,15 @@ def _mount_sys(root: str) -> None:
     except OSError:  # sysfs refuses a fresh mount with the host's network namespace: bind it
         sc.mount("/sys", sys_dir, None, sc.MS_BIND | sc.MS_REC)
         sc.mount(sys_dir, sys_dir, None, sc.MS_BIND | sc.MS_REMOUNT | flags)
-    # Loop devices (and the other virtual block devices) say which host file backs them
-    # (loop/backing_file: every store image's host path); /sys/block, /sys/class/block and
-    # /sys/dev/block only link here, so one empty tmpfs hides them all, those made later too.
-    virtual_block = f"{sys_dir}/devices/virtual/block"
-    if os.path.isdir(virtual_block):
-        sc.mount("tmpfs", virtual_block, "tmpfs", flags, "mode=0755,size=4k")
 
 
-def _mount_dev(root: str) -> None:
+def _mount_dev(root: str, owner: tuple[int, int] | None = None) -> None:
+    """``owner``: host ids of the sandbox's root (root mode's user namespace), who owns /dev as
+    root inside always did (the proxy's forwarder makes its directory there)."""
     dev = f"{root}/dev"
     _ensure_dir(dev)
-    sc.mount("tmpfs", dev, "tmpfs", sc.MS_NOSUID | sc.MS_NOEXEC, "mode=755,size=65536k")
+    ids = f",uid={owner[0]},gid={owner[1]}" if owner else ""
+    sc.mount("tmpfs", dev, "tmpfs", sc.MS_NOSUID | sc.MS_NOEXEC, f"mode=755,size=65536k{ids}")
     for name in _DEVICES:
         target = f"{dev}/{name}"
         with open(target, "w"):
@@ -104,35 +101,114 @@ def _build_layer(path: str, entries: list[tuple[str, str, bytes, int, int, int, 
     sc.mount("none", path, None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV)
 
 
+def _layer_fds(layers: dict[str, str], idmap_fd: int | None) -> dict[str, int] | None:
+    """Descriptors of the overlay's layers: plain directories, or (``idmap_fd``) idmapped clones
+    of them (upper and work share one clone of their common parent: the overlay wants them on one
+    mount). None if a layer's filesystem has no idmapped mounts."""
+    if idmap_fd is None:
+        return {key: os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for key, path in layers.items()}
+    fds: dict[str, int] = {}
+    try:
+        for key, path in layers.items():
+            if key == "workdir":
+                continue
+            fds[key] = sc.idmapped_clone(os.path.dirname(path) if key == "upperdir" else path, idmap_fd)
+    except OSError:
+        for fd in fds.values():
+            os.close(fd)
+        return None
+    return fds
+
+
+def _overlay_options(layers: dict[str, str], fds: dict[str, int], lower: str, idmapped: bool) -> str:
+    lowers = [f"/proc/self/fd/{fds[key]}" for key in ("above", "lowerdir") if key in fds]
+    lowers += ["/"] if lower == "/" and "lowerdir" not in fds else []
+    if idmapped:  # upper and work below their parent's clone
+        up = f"/proc/self/fd/{fds['upperdir']}"
+        tail = [f"upperdir={up}/{os.path.basename(layers['upperdir'])}",
+                f"workdir={up}/{os.path.basename(layers['workdir'])}"]
+    else:
+        tail = [f"{key}=/proc/self/fd/{fds[key]}" for key in ("upperdir", "workdir")]
+    return ",".join([f"lowerdir={':'.join(lowers)}", *tail])
+
+
+class _fs_ids:
+    """Act on files as the host ids ``ids`` (with every capability still effective)."""
+
+    def __init__(self, ids: tuple[int, int]) -> None:
+        self.ids = ids
+
+    def __enter__(self) -> None:
+        sc.set_fs_ids(*self.ids)
+        sc.raise_permitted()  # the fsuid change dropped the file capabilities
+
+    def __exit__(self, *exc: object) -> None:
+        sc.set_fs_ids(0, 0)
+        sc.raise_permitted()
+
+
+def _mount_overlay(merged: str, options: str, mounter: tuple[int, int] | None) -> None:
+    """The overlay is mounted by host root. Over idmapped layers it must act (copy-up, its work
+    directory) as an id those layers map, so it is mounted with the file-system ids of the
+    sandbox's root (``mounter``): the overlay keeps the credentials it was mounted with."""
+    if mounter is None:
+        sc.mount("overlay", merged, "overlay", 0, options)
+        return
+    with _fs_ids(mounter):
+        sc.mount("overlay", merged, "overlay", 0, options)
+
+
 def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
-                    above: list[tuple[str, str, bytes, int, int, int, int, int]] | None = None) -> None:
+                    above: list[tuple[str, str, bytes, int, int, int, int, int]] | None = None,
+                    idmap_fd: int | None = None, mounter: tuple[int, int] | None = None,
+                    userxattr: bool = False, binds: list[tuple[str, str]] | tuple[()] = ()) -> bool:
     """Mount the overlay root at ``merged`` and make it this process's ``/``. ``above``: entries of
-    a read-only layer stacked over the base, under the writable layer (trust.py's)."""
+    a read-only layer stacked over the base, under the writable layer (trust.py's). Root mode
+    (``idmap_fd``, ``mounter``: the sandbox's user namespace and the host ids of its root): the
+    layers are idmapped, so the sandbox's root owns what host root owns on disk; returns False if a
+    layer's filesystem cannot do that (then the layers are used as they are). Rootless
+    (``userxattr``): the overlay keeps its whiteouts and opaque marks in user.* xattrs."""
     sc.mount("none", "/", None, sc.MS_REC | sc.MS_PRIVATE)  # nothing we mount leaks to the host
     _ensure_dir(merged)
     if above is not None:
         _build_layer(merged + ".above", above)
-    layers = {"upperdir": upper, "workdir": work} if lower == "/" else {
+    layers = {"upperdir": upper, "workdir": work} if lower == "/" and idmap_fd is None else {
         "lowerdir": lower, "upperdir": upper, "workdir": work}
     if above is not None:
         layers["above"] = merged + ".above"
-    fds = {key: os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for key, path in layers.items()}
+    fds = _layer_fds(layers, idmap_fd) if idmap_fd is not None else None
+    idmapped = fds is not None
+    if fds is None:
+        if lower == "/":
+            layers.pop("lowerdir", None)
+        fds = _layer_fds(layers, None)
+    assert fds is not None
     try:
-        lowers = [f"/proc/self/fd/{fds[key]}" for key in ("above", "lowerdir") if key in fds]
-        lowers += ["/"] if lower == "/" else []
-        options = ",".join([f"lowerdir={':'.join(lowers)}",
-                            *(f"{key}=/proc/self/fd/{fds[key]}" for key in ("upperdir", "workdir"))])
-        sc.mount("overlay", merged, "overlay", 0, options)
+        options = _overlay_options(layers, fds, lower, idmapped)
+        if userxattr:
+            sc.mount("overlay", merged, "overlay", 0, options + ",userxattr")
+        else:
+            _mount_overlay(merged, options, mounter if idmapped else None)
     finally:
         for fd in fds.values():
             os.close(fd)
+    if idmapped and mounter is not None:  # what the mounts below need, made as the sandbox's root
+        with _fs_ids(mounter):
+            for name, mode in (("proc", 0o555), ("sys", 0o555), ("dev", 0o755)):
+                _ensure_dir(f"{merged}/{name}", mode)
     _mount_proc(merged)
     _mount_sys(merged)
-    _mount_dev(merged)
+    _mount_dev(merged, mounter if idmapped else None)
+    for host, inside in binds:  # read-only: the sandbox reaches what is there, changes nothing of the host
+        _ensure_dir(merged + inside)
+        sc.mount(host, merged + inside, None, sc.MS_BIND)
+        sc.mount(host, merged + inside, None,
+                 sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
     os.chdir(merged)
     sc.pivot_root(".", ".")  # stacks the old root on top of the new one...
     sc.umount(".", sc.MNT_DETACH)  # ...so detaching "." leaves only the sandbox's root
     os.chdir("/")
+    return idmapped
 
 
 def hide(paths: list[str] | tuple[str, ...]) -> None:

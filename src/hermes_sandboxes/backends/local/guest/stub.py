@@ -31,6 +31,7 @@ import time
 
 from hermes_sandboxes.backends.local.guest import protocol
 from hermes_sandboxes.backends.local.guest import runner as command
+from hermes_sandboxes.backends.local.guest import syscalls as sc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -181,11 +182,7 @@ def _serve(sock: socket.socket, group_procs: int) -> None:
     for sig in command.DEFAULT_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
     os.setsid()
-    try:
-        with open("/proc/self/comm", "wb") as comm:
-            comm.write(NAME)
-    except OSError:
-        pass  # only a name
+    sc.set_name(NAME)  # a prctl: /proc/self/comm of a non-dumpable process is host root's to write
     os.write(group_procs, b"0")  # the slow migration, in this process, not the init
     keep = sock.fileno()
     os.closerange(3, keep)  # nothing of the init's (listener, freezer directory, clients) stays

@@ -182,6 +182,11 @@ def idmapped_clone(path: str, userns_fd: int) -> int:
     return fd
 
 
+def set_name(name: bytes) -> None:
+    """This thread's name (what ps shows as its command name); nothing if refused."""
+    _libc.prctl(ctypes.c_int(15), ctypes.c_char_p(name[:15]), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
 def set_fs_ids(uid: int, gid: int) -> None:
     """setfsuid/setfsgid (they report nothing: the caller checks what it needs)."""
     _libc.setfsgid(ctypes.c_uint(gid))

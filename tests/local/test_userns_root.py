@@ -1,0 +1,118 @@
+"""Root mode runs each sandbox in a user namespace of its own (#24 finding 7): uid 0 inside is a
+host id no account uses, one block per sandbox, so the kernel's per-user limits are not shared with
+host root. The attacks: fill inotify instances and POSIX message queue bytes from inside, then host
+root makes one of each (on a machine without cap_sys_resource, as this one, that failed before)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, userns
+from tests.local.kit import new_sandbox, sh
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root mode: the suite runs as root")
+
+FILL_INOTIFY = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 100000:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    held.append(fd)
+print(len(held), ctypes.get_errno(), flush=True)
+time.sleep(600)
+"""
+
+FILL_MQUEUE = r"""
+import ctypes, os, sys, time
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("cur", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+rt.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(Attr)]
+made = 0
+while made < 10000:
+    q = rt.mq_open(f"/fill{made}".encode(), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(Attr(0, 10, 8192, 0)))
+    if q < 0:
+        break
+    made += 1
+print(made, ctypes.get_errno(), flush=True)
+time.sleep(600)
+"""
+
+
+class _Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("cur", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+
+
+def _first_line(sb: LocalSandbox, script: str) -> Iterator[str]:
+    """Start ``script`` in the background and yield its first line of output (then kill it)."""
+    r, w = os.pipe()
+    def out(chunk: bytes) -> None:
+        os.write(w, chunk)
+
+    proc = sb.start(["python3", "-c", script], on_stdout=out)
+    try:
+        assert select.select([r], [], [], 60)[0], "the filler printed nothing in 60 s"
+        line = b""
+        while not line.endswith(b"\n"):
+            line += os.read(r, 100)
+        yield line.decode().strip()
+    finally:
+        proc.kill()
+        proc.wait(30)
+        os.close(r)
+        os.close(w)
+
+
+@pytest.fixture
+def sandbox(local_backend: LocalBackend) -> Iterator[LocalSandbox]:
+    with new_sandbox(local_backend) as sb:
+        yield sb
+
+
+def test_root_inside_is_a_host_id_of_the_sandboxs_own_block(local_backend: LocalBackend, sandbox: LocalSandbox) -> None:
+    inner = sh(sandbox, "id -u; cat /proc/self/uid_map").stdout.split()
+    start = int(inner[2])
+    assert inner[0] == "0" and inner[1] == "0" and inner[3] == str(userns.RANGE_SIZE)
+    assert start >= userns.ROOT_RANGE_BASE and (start - userns.ROOT_RANGE_BASE) % userns.RANGE_SIZE == 0
+    init_pid = int(sandbox._runtime()["pid"])  # type: ignore[index]
+    with open(f"/proc/{init_pid}/status") as f:
+        uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+    assert uids == [str(start)] * 4, "the init runs as host root"
+    # root inside still owns the base's files (idmapped layers) and changes them
+    sh(sandbox, "test $(stat -c %u /etc/passwd) = 0 && echo x >> /etc/passwd && rm /usr/bin/zcat && chown 1000 /srv")
+    with new_sandbox(local_backend) as other:
+        assert sh(other, "cat /proc/self/uid_map").stdout.split()[1] != str(start)
+
+
+def test_filling_inotify_instances_inside_leaves_host_root_its_own(sandbox: LocalSandbox) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    for line in _first_line(sandbox, FILL_INOTIFY):
+        held, err = (int(n) for n in line.split())
+        assert held >= 100 and err != 0, f"the filler stopped early: {line}"  # it reached the per-user limit
+        fd = libc.inotify_init()
+        assert fd >= 0, f"host root cannot make an inotify instance: {os.strerror(ctypes.get_errno())}"
+        os.close(fd)
+
+
+def test_filling_posix_message_queues_inside_leaves_host_root_its_bytes(sandbox: LocalSandbox) -> None:
+    rt = ctypes.CDLL("librt.so.1", use_errno=True)
+    rt.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_Attr)]
+    name = f"/hs-rootless-probe-{os.getpid()}-{threading.get_ident()}".encode()
+    for line in _first_line(sandbox, FILL_MQUEUE):
+        made, err = (int(n) for n in line.split())
+        assert made >= 5 and err != 0, f"the filler stopped early: {line}"
+        q = rt.mq_open(name, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o600, ctypes.byref(_Attr(0, 10, 8192, 0)))
+        assert q >= 0, f"host root cannot make a message queue: {os.strerror(ctypes.get_errno())}"
+        os.close(q)
+        rt.mq_unlink(name)

@@ -1,0 +1,42 @@
+"""Confinement as a laptop user would have it (#19 point 5), shown as a normal user: the user's own
+secrets under $HOME, files, /tmp and processes are out of a rootless sandbox's reach."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.rootless import kit
+
+
+@pytest.fixture(scope="module")
+def seen(rootless_user: kit.TestUser) -> dict[str, Any]:
+    out = rootless_user.run([str(rootless_user.python), "-m", "tests.rootless.scenarios", "confinement"],
+                            cwd=str(kit.REPO))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_users_home_its_secrets_and_the_hosts_tmp_are_invisible(seen: dict[str, Any]) -> None:
+    assert seen["listed"] == "", seen["listed"]  # none of the paths exists inside; /tmp is the sandbox's own
+    assert seen["grep"] == "", f"the planted secret is readable inside at: {seen['grep']}"
+
+
+def test_files_the_user_owns_cannot_be_written_from_inside(seen: dict[str, Any]) -> None:
+    assert seen["owned_after"] == "mine\n"
+
+
+def test_the_users_other_processes_cannot_be_signalled(seen: dict[str, Any]) -> None:
+    assert seen["other_alive"]
+    assert seen["kill"].splitlines()[0] != "0"  # that pid does not exist in the sandbox's pid namespace
+    pids = [line.split() for line in seen["ps"].splitlines()]
+    assert all(comm != "sleep" for _, comm in pids), seen["ps"]
+    assert pids and pids[0][0] == "1"  # its own pid namespace: the init is 1
+
+
+def test_root_inside_is_the_user_and_its_subordinate_ids(rootless_user: kit.TestUser, seen: dict[str, Any]) -> None:
+    first = seen["uid_map"].split()
+    assert first[:3] == ["0", str(rootless_user.uid), "1"]
