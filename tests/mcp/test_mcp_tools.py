@@ -188,3 +188,16 @@ def test_an_unknown_tool_is_a_protocol_error_and_the_session_goes_on(running: Ru
         return str(raised.value)
 
     assert "unknown tool 'no_such_tool'" in drive(InProcess(running), scenario)
+
+
+def test_a_risky_command_after_nothing_changed_names_the_same_undo_point_without_claiming_a_new_one(
+        running: Running) -> None:
+    async def scenario(client: Client) -> tuple[dict[str, Any], dict[str, Any], str]:
+        name = (await call_ok(client, "sandbox_create", name="reuse"))["sandbox"]
+        first = (await call_ok(client, "exec", sandbox=name, command="rm -rf /root/nothing-here"))["checkpoint"]
+        again = await client.call_tool("exec", {"sandbox": name, "command": "rm -rf /root/nothing-here"})
+        return first, data(again)["checkpoint"], text(again)
+
+    first, again, told = drive(InProcess(running), scenario)
+    assert first["fresh"] is True and again["fresh"] is False and again["id"] == first["id"]
+    assert "is the undo point (nothing changed since it was taken)" in told and "was taken before" not in told

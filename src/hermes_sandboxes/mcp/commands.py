@@ -84,8 +84,10 @@ class Commands:
             raise ToolError("cancelled before it started")
         recorded.inner.reserve(timeout)  # a leased sandbox (E2B) must outlive the command
         started = time.monotonic()
+        fresh: list[bool] = []  # whether the automatic checkpoint was taken for this command (or reused)
         proc = recorded.start(command, checkpoint=policy, cwd=cwd, env=env, stdin=stdin,
-                              origin={"session": ctx.session_id}, on_stdout=out.write, on_stderr=err.write)
+                              origin={"session": ctx.session_id}, on_stdout=out.write, on_stderr=err.write,
+                              on_checkpoint=lambda checkpoint, verdict, new: fresh.append(new))
         cancelled: list[str] = []
 
         def cancel(reason: str) -> None:
@@ -111,10 +113,10 @@ class Commands:
         else:
             proc.finish(code)
         tree = Capability.TREE_KILL in recorded.inner.backend.capabilities
-        return self._result(opened, proc, command, code, timed_out, time.monotonic() - started,
+        return self._result(opened, proc, all(fresh), code, timed_out, time.monotonic() - started,
                             out, err, exec_id, tree)
 
-    def _result(self, opened: _Open, proc: RecordedProcess, command: Any, code: int, timed_out: bool,
+    def _result(self, opened: _Open, proc: RecordedProcess, fresh: bool, code: int, timed_out: bool,
                 duration: float, out: StreamCapture, err: StreamCapture, exec_id: str, tree: bool) -> ToolResult:
         redact = opened.redactor.redact
         name = opened.recorded.name
@@ -131,25 +133,24 @@ class Commands:
             what = ("it and every process it started were killed" if tree
                     else "it was killed; processes it started in the background may still run")
             notes.append(f"timed out: {what} (exit code 124)")
+        if proc.out_of_memory:
+            notes.append("killed for memory: the command reached the sandbox's memory limit (exit code 137)")
         if out.cut > 0 or err.cut > 0:
             notes.append(f"output was cut in the middle; exec_output with output_id {exec_id} reads all of it")
         taken = proc.auto_checkpoint
         if taken is not None:
-            data["checkpoint"] = self._named(opened, taken, proc, command, notes)
+            data["checkpoint"] = self._named(opened, taken, proc, fresh, notes)
         plan_note = proc.credentials.note()
         if plan_note:
             notes.append(plan_note.strip("[]").removeprefix("sandbox: "))
         data["notes"] = notes
         return ToolResult.ok(data, _text(data, notes))
 
-    def _named(self, opened: _Open, taken: StoriedCheckpoint, proc: RecordedProcess, command: Any,
+    def _named(self, opened: _Open, taken: StoriedCheckpoint, proc: RecordedProcess, fresh: bool,
                notes: list[str]) -> dict[str, Any]:
         """The automatic checkpoint as the model is told it, with the call that undoes the command."""
-        from hermes_sandboxes.recorder.journal import command_text
-
         recorded = opened.recorded
         recorded.promise(taken.id)  # retention keeps the checkpoint named to the model
-        fresh = taken.trigger == "auto" and taken.trigger_command == command_text(command)
         reasons = list(proc.verdict.reasons)
         undo = {"tool": RESTORE_TOOL, "arguments": {"sandbox": recorded.name, "checkpoint": taken.id,
                                                     "confirm": True}}
