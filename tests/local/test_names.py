@@ -129,7 +129,7 @@ def test_a_destroyed_name_can_be_created_again_from_scratch(local_backend: Local
 @pytest.mark.parametrize("spec", [SandboxSpec(network="wifi"),  # type: ignore[arg-type]
                                   SandboxSpec(image="ubuntu:24.04"),
                                   SandboxSpec(allow=("pypi.org",)),
-                                  SandboxSpec(idle_timeout=60.0)],
+                                  SandboxSpec(idle_timeout=0.0)],
                          ids=["network", "image", "allow-without-proxy", "idle-timeout"])
 def test_a_bad_spec_is_rejected_before_anything_is_created(local_backend: LocalBackend,
                                                            spec: SandboxSpec) -> None:
