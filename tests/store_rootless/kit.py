@@ -24,6 +24,7 @@ from hermes_sandboxes.errors import SandboxError, Unsupported
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
 
 BIG = 8 << 20  # a base file much larger than anything the scenarios change
+DENSE = 4 << 20  # a file of the layer's own
 
 
 def _make_base(base: Path) -> None:
@@ -69,6 +70,8 @@ def _in_overlay(base: Path, layer: Path, script: list[tuple[str, str, str]]) -> 
                 path.rmdir()
                 path.mkdir()
                 (path / "new").write_text(text)
+            elif op == "dense":  # data a copy must duplicate and a reflink or snapshot shares
+                path.write_bytes(os.urandom(DENSE))
             elif op == "chown42":
                 os.chown(path, 42, 42)
             elif op == "specials":  # what cp -a keeps and a hand-made copy could lose
@@ -203,11 +206,14 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["layer_owner"] = os.stat(layer / "upper").st_uid
     first = [("write", "etc/motd", "changed motd\n"), ("rm", "etc/gone", ""), ("write", "etc/added", "added\n"),
              ("rmdir-recreate", "opt/tool", "new tool\n"), ("write", "var/apt-private/mine", "mine\n"),
-             ("chown42", "var/apt-private/mine", ""), ("specials", "etc/special", "a")]
+             ("chown42", "var/apt-private/mine", ""), ("specials", "etc/special", "a"),
+             ("dense", "srv/dense", "")]
     mapped.call(_in_overlay, base, layer, first, fresh=True)
+    os.sync()
     free_before = os.statvfs(store.root).f_bfree
     store.snapshot("a", "c1")
     (store.checkpoints_dir("a") / "c1.json").write_text("{}")
+    os.sync()  # allocated, not only reserved
     free_after = os.statvfs(store.root).f_bfree
     out["checkpoint_blocks"] = (free_before - free_after) * os.statvfs(store.root).f_frsize
     out["checkpoint_bytes"] = store.tree_bytes(store.checkpoint_path("a", "c1") / "upper")

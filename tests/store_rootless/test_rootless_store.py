@@ -56,8 +56,11 @@ def test_layers_belong_to_the_mapped_range(seen: Any, test_user: TestUser) -> No
 
 def test_a_checkpoint_holds_only_what_changed(seen: Any) -> None:
     fs, result = seen
-    assert result["checkpoint_bytes"] < 1 << 20  # the 8 MiB base file is never copied
-    assert result["checkpoint_blocks"] < 4 << 20
+    assert 4 << 20 <= result["checkpoint_bytes"] < 5 << 20  # the layer's 4 MiB file; never the 8 MiB base file
+    if fs == "ext4":  # a copy, of the changed files only
+        assert 4 << 20 <= result["checkpoint_blocks"] < 6 << 20
+    else:  # snapshots and reflinks share the data
+        assert result["checkpoint_blocks"] < 2 << 20
     assert result["checkpoint_is_subvolume"] == fs.startswith("btrfs")
 
 
@@ -68,7 +71,7 @@ def test_diffs_see_whiteouts_opaque_dirs_and_inner_owners(seen: Any) -> None:
     listed = [tuple(c) for c in result["diff_c1_vs_base"] if not c[0].startswith("/etc/special")]
     assert sorted(listed) == sorted([
         ("/etc/added", "added"), ("/etc/gone", "deleted"), ("/etc/motd", "modified"),
-        ("/opt/tool/new", "added"), ("/var/apt-private/mine", "added")])
+        ("/opt/tool/new", "added"), ("/var/apt-private/mine", "added"), ("/srv/dense", "added")])
     assert sorted(map(tuple, result["diff_c1_vs_live"])) == sorted([
         ("/etc/added", "modified"), ("/etc/motd", "deleted"), ("/srv/new", "added")])
     assert result["diff_after_restore"] == []

@@ -11,8 +11,9 @@ picks the best that filesystem lets an ordinary user do (probed, never guessed f
                (EPERM) and the store empties the subvolume and removes it with rmdir, which the
                kernel allows its owner (cost follows the subvolume's files; only deletions pay it).
 ``reflink``    a filesystem with reflinks (XFS made with reflink=1, btrfs without subvolume
-               rights): checkpoints and restores are ``cp --reflink=always`` of the layer, which
-               shares every data block: cost follows the layer's file count, not its bytes.
+               rights): checkpoints and restores copy the layer with ``copy_file_range``, which
+               the kernel does as a reflink there, sharing every data block: cost follows the
+               layer's file count, not its bytes.
 ``overlay``    anything else (ext4, the common default): the sandbox's root is an overlay of the
                base and its writable layer, which holds copies of only the files the sandbox
                changed; a checkpoint copies that layer, so it costs what the sandbox changed,
@@ -116,11 +117,10 @@ class RootlessStore(Store):
         if os.path.lexists(path):
             mapped.run(["rm", "-rf", "--", str(path)], f"removing {path}")
 
-    def _copy(self, source: Path, target: Path, reflink: str) -> None:
-        if reflink == "always":  # cp -a keeps owners (inner ids), modes, user.overlay.* xattrs, links
-            mapped.run(["cp", "-a", "--reflink=always", str(source), str(target)], f"copying {source.name}")
-        else:  # in-process (copier.py): starting cp costs more than copying a small layer
-            mapped.call(increment.copy_layer, source, target)
+    def _copy(self, source: Path, target: Path) -> None:
+        # in-process (copier.py): starting cp costs more than copying a small layer; its
+        # copy_file_range shares the data where the filesystem has reflinks (the kernel clones first)
+        mapped.call(increment.copy_layer, source, target)
 
     def _remove_volume(self, path: Path) -> None:
         self._remove_tree(path)
@@ -140,7 +140,6 @@ class RootlessStore(Store):
 class OverlayStore(RootlessStore):
     kind = "overlay"
     cheap = False
-    reflink = "auto"
     incremental = True  # checkpoints link what the previous one has unchanged (increment.py)
 
     def __init__(self, home: Path) -> None:
@@ -162,7 +161,7 @@ class OverlayStore(RootlessStore):
     def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
         if group is not None:
             raise Unsupported(DISK_LIMIT_REFUSAL)
-        self._copy(source, target, self.reflink)
+        self._copy(source, target)
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
         if not self.incremental:
@@ -194,7 +193,6 @@ class OverlayStore(RootlessStore):
 
 class ReflinkStore(OverlayStore):
     kind = "reflink"
-    reflink = "always"
     incremental = False  # a reflink copy shares every block already
     @property
     def description(self) -> str:
