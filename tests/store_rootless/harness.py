@@ -41,9 +41,10 @@ class TestUser:
         """Run a kit scenario (``module``'s main) as this user; its JSON answer (AssertionError
         with its stderr when it fails)."""
         # the system's python: the venv's interpreter may live where the user cannot go (/root/.pyenv);
-        # the store needs nothing but the standard library and this source tree
+        # the same 3.11, so the venv's packages (pyseccomp for a sandbox's start) load from it
+        site = next((REPO / ".venv" / "lib").glob("python3*/site-packages"))
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
-               "PYTHONPATH": f"{REPO / 'src'}:{REPO}", "XDG_CACHE_HOME": str(self.home / ".cache")}
+               "PYTHONPATH": f"{REPO / 'src'}:{REPO}:{site}", "XDG_CACHE_HOME": str(self.home / ".cache")}
         # a session of its own: on a timeout the scenario's processes go too, not only runuser
         proc = subprocess.Popen(["runuser", "-u", self.name, "--", "/usr/bin/python3", "-m", module, *args],
                                 cwd=str(self.home), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -315,7 +315,7 @@ def scenario_backend(home: Path, tarball: str) -> dict[str, Any]:
     baseimage.ensure(tarball=Path(tarball))  # the user's own cache ($XDG_CACHE_HOME), where sandboxes look
     backend = LocalBackend(home)
     out: dict[str, Any] = {"kind": backend.store.kind, "info": dict(backend.store_info()),
-                           "cheap": "cheap_checkpoints" in {c.value for c in backend.capabilities}}
+                           "cheap": "cheap-checkpoints" in {c.value for c in backend.capabilities}}
     sandbox = backend.create("rs-one")
     try:
         run = sandbox.exec(["sh", "-c", "rm /usr/bin/git && echo one > /root/f && id -u"])
