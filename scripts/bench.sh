@@ -14,4 +14,5 @@ bash scripts/setup.sh test
 .venv/bin/python benchmarks/bench_rootless.py
 .venv/bin/python benchmarks/bench_cli.py
 .venv/bin/python benchmarks/bench_resync.py
+.venv/bin/python benchmarks/bench_mcp.py
 .venv/bin/python benchmarks/bench_exec_idle.py --label "$(git rev-parse --abbrev-ref HEAD)"
