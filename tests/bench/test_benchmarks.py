@@ -124,7 +124,7 @@ def test_the_rootless_benchmark_runs_in_quick_mode_and_writes_both_modes(tmp_pat
     assert rootless["btrfs"]["snapshots"]["1MB"]["checkpoint_p50_ms"] > 0
     assert root["btrfs_snapshots"]["1MB"]["restore_p50_ms"] > 0
     assert rootless["ext4"]["changed"]["1MB"]["ratio"] > 0 and root["copy_changed"]["1MB"]["checkpoint_p50_ms"] > 0
-    assert "exec_p50_ms" in root["exec"]
+    assert "exec_p50_ms" in root["exec"] and "exec_p50_ms" in rootless["btrfs"]["exec"], rootless["btrfs"]["exec"]
     assert "| 1MB |" in proc.stdout
     assert not list(scratch.iterdir()), "the benchmark left its stores behind"
     assert _bench_users() <= users_before, "the benchmark left its test user behind"
