@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
 from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.mcp.scope import Rules
 from hermes_sandboxes.mcp.server import Running
 from hermes_sandboxes.recorder.records import ExecRecord
-from tests.mcp.kit import InProcess, call_error, call_ok, data, drive, text
+from tests.mcp.kit import InProcess, call_error, call_ok, data, drive, running_for, text
 
 TOOLS = {"sandbox_create", "sandbox_list", "sandbox_info", "sandbox_stop", "sandbox_remove", "network_show",
          "exec", "exec_output", "file_read", "file_write", "file_list", "checkpoint_create", "checkpoint_list",
@@ -201,3 +203,48 @@ def test_a_risky_command_after_nothing_changed_names_the_same_undo_point_without
     first, again, told = drive(InProcess(running), scenario)
     assert first["fresh"] is True and again["fresh"] is False and again["id"] == first["id"]
     assert "is the undo point (nothing changed since it was taken)" in told and "was taken before" not in told
+
+
+def test_network_changes_are_refused_unless_the_server_allows_them(running: Running, local_backend: LocalBackend,
+                                                                   tmp_path: Path, prefix: str) -> None:
+    async def closed(client: Client) -> None:
+        assert "network_allow" not in {t.name for t in (await client.list_tools()).tools}
+        refused = await call_error(client, "sandbox_create", name="net", network="host")
+        assert "arguments.network is not an argument" in refused
+        await call_ok(client, "sandbox_create", name="net")
+        shown = await call_ok(client, "network_show", sandbox="net")
+        assert shown["network"] == "none" and "only the user can change it" in shown["message"]
+
+    drive(InProcess(running), closed)
+    opened = running_for(local_backend, tmp_path / "open-state", Rules(prefix=prefix, allow_network_changes=True))
+    try:
+        async def allowed(client: Client) -> None:
+            name = (await call_ok(client, "sandbox_create", name="proxied", network="proxy",
+                                  allow=["pypi.org"]))["sandbox"]
+            changed = await call_ok(client, "network_allow", sandbox=name, add=["example.com"], remove=["pypi.org"])
+            assert changed["allow"] == ["example.com"]
+            assert (await call_ok(client, "network_show", sandbox=name))["allow"] == ["example.com"]
+
+        drive(InProcess(opened), allowed)
+    finally:
+        opened.close()
+
+
+def test_stop_show_and_a_diff_between_two_checkpoints(running: Running) -> None:
+    async def scenario(client: Client) -> None:
+        name = (await call_ok(client, "sandbox_create", name="story"))["sandbox"]
+        first = (await call_ok(client, "checkpoint_create", sandbox=name, comment="empty"))["checkpoint"]["id"]
+        await call_ok(client, "exec", sandbox=name, command="echo one > /root/one")
+        second = (await call_ok(client, "checkpoint_create", sandbox=name, comment="one"))["checkpoint"]["id"]
+        await call_ok(client, "exec", sandbox=name, command="echo two > /root/two")
+        shown = await call_ok(client, "checkpoint_show", sandbox=name, checkpoint=second)
+        assert shown["checkpoint"]["previous"] == first and shown["checkpoint"]["trigger"] == "agent"
+        assert [c["command"] for c in shown["checkpoint"]["commands"]] == ["echo one > /root/one"]
+        between = await call_ok(client, "checkpoint_diff", sandbox=name, checkpoint=first, to=second)
+        assert [c["path"].lstrip("/") for c in between["changes"]] == ["root/one"]
+        await call_ok(client, "exec", sandbox=name, command="sleep 300 >/dev/null 2>&1 &")
+        await call_ok(client, "sandbox_stop", sandbox=name)
+        after = await call_ok(client, "exec", sandbox=name, command="pgrep -x sleep || echo none; cat /root/two")
+        assert after["stdout"] == "none\ntwo\n"  # processes gone, files kept
+
+    drive(InProcess(running), scenario)
