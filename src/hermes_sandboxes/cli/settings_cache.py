@@ -7,7 +7,7 @@ file's path, size, mtime and inode (or its absence), the backend named by flag o
 ``-o``/``--home`` overrides, the core count (``cpus`` is checked against it) and the code that
 validates (the package's settings modules' mtimes). Any change is a miss, and a miss means the
 full CLI runs and validates again. Kept in ``<state>/settings-cache.json``, a few entries at most.
-Only the standard library (and the digest of names.py) is imported here.
+Only the standard library (and the digest of names.py, the ownership check of util/ownership.py) is imported here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hermes_sandboxes.names import digest
+from hermes_sandboxes.util import ownership
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
@@ -87,7 +88,14 @@ def store(state_root: Path, cache_key: str, backend: str, values: Mapping[str, A
         entries[cache_key] = {"backend": backend, "values": dict(values)}
         while len(entries) > MAX_ENTRIES:
             entries.pop(next(iter(entries)))
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # a state directory someone else controls gets nothing from us (util/ownership.py)
+            ownership.ensure_dir(path.parent, "the host state directory")
+        except ownership.Untrusted:
+            return
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(entries))
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(entries))
         os.replace(tmp, path)

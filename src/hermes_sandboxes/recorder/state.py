@@ -21,9 +21,10 @@ import os
 import re
 from pathlib import Path
 
-from hermes_sandboxes.errors import InvalidInput
+from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.names import validate_name
 from hermes_sandboxes.recorder.journal import Journal, RedactFn
+from hermes_sandboxes.util import ownership
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class HostState:
     def __init__(self, root: str | os.PathLike[str] | None = None, *, durable: bool = True) -> None:
         self.root = Path(root).absolute() if root is not None else default_state_dir()
         self.durable = durable
+        self._trusted = False
 
     def backend_dir(self, backend_key: str) -> Path:
         return self.root / _backend_key(backend_key)
@@ -67,10 +69,23 @@ class HostState:
     def audit_path(self, backend_key: str) -> Path:
         return self.backend_dir(backend_key) / "audit.jsonl"
 
+    def trusted(self) -> Path:
+        """The state directory, made if missing; SandboxError if someone else could control it
+        (util/ownership.py): the journals and audit logs in it are written as this user, root too."""
+        if not self._trusted:
+            try:
+                ownership.ensure_dir(self.root, "the host state directory")
+            except (ownership.Untrusted, OSError) as exc:
+                raise SandboxError(f"{exc}; set {STATE_ENV} to a directory of your own") from None
+            self._trusted = True
+        return self.root
+
     def journal(self, backend: Backend, sandbox: str, redact: RedactFn | None = None) -> Journal:
+        self.trusted()
         return Journal(self.journal_path(backend.key, sandbox), durable=self.durable, redact=redact)
 
     def audit(self, backend: Backend, redact: RedactFn | None = None) -> Journal:
+        self.trusted()
         return Journal(self.audit_path(backend.key), durable=self.durable, redact=redact)
 
     def recorded(self, sandbox: Sandbox, *, redact: RedactFn | None = None, audit: Journal | None = None,

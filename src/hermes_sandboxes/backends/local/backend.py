@@ -101,6 +101,8 @@ class LocalBackend(Backend):
             raise InvalidInput(f"store must be one of {', '.join(STORE_KINDS)}, got {store!r}")
         self.rootless = os.geteuid() != 0  # the two modes, chosen by who runs it (see userns.py)
         self.home = paths.resolve_home(home)
+        if os.path.isdir(self.home):  # one not made yet (or out of reach) is made or refused by the store
+            _check_home(self.home)
         self.layout = paths.Layout(self.home)
         self.base = _validate_base(base)
         self.credentials = tuple(credentials)
@@ -128,6 +130,16 @@ class LocalBackend(Backend):
         from hermes_sandboxes.recorder.state import HostState  # only when a proxy starts
 
         return HostState().audit_path(self.key)
+
+    def host_state_dir(self) -> Path:
+        """The host state a sandbox must not see (every sandbox's journals and audit log): the host
+        state directory, made if missing and refused if someone else controls it; with an audit log
+        the caller named, that log's directory."""
+        if self._audit_path is not None:
+            return self._audit_path(self.key).parent
+        from hermes_sandboxes.recorder.state import HostState
+
+        return HostState().trusted()
 
     # environment -------------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
@@ -525,6 +537,15 @@ def _validate_base(base: str | None) -> str | None:
         raise InvalidInput(f"base {base!r} must be an absolute path to a root filesystem "
                            "(a directory with bin/, usr/, etc/)")
     return str(path)
+
+
+def _check_home(home: Path) -> None:
+    from hermes_sandboxes.util import ownership
+
+    try:
+        ownership.check_dir(home, "the sandbox home")
+    except ownership.Untrusted as exc:
+        raise InvalidInput(f"{exc}; refusing to use it as a sandbox home") from None
 
 
 def _validate_masks(masks: Sequence[str], base: str | None) -> tuple[str, ...]:

@@ -327,12 +327,10 @@ class LocalSandbox(Sandbox):
         extra = [*self.local_meta["masks"], *(m for m in self._backend.masks if m not in self.local_meta["masks"])]
         # The host state (journals and audit logs of every sandbox) is hidden wherever it is; made
         # now if missing, since a directory that appears later in the base would be seen at once.
-        from hermes_sandboxes.recorder.state import HostState  # at creation only, off the exec path
-
-        state = HostState().root
         if self.base is None:
-            state.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mask_list = masks.mask_paths(self._backend.home, [*extra, str(state)]) if self.base is None else extra
+            mask_list = masks.mask_paths(self._backend.home, [*extra, str(self._backend.host_state_dir())])
+        else:
+            mask_list = extra
         masks.apply_masks(self._backend.store.layer(self.name) / "upper", Path(self.base or "/"), mask_list)
 
     def _groups(self) -> cgroups.SandboxCgroups:

@@ -35,6 +35,7 @@ from hermes_sandboxes.backends.local.store import btrfstree, quota, treediff
 from hermes_sandboxes.backends.local.store.fdwalk import Tree
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError, Unsupported
 from hermes_sandboxes.sandbox import FileChange
+from hermes_sandboxes.util import ownership
 from hermes_sandboxes.util.units import parse_size
 
 _IOW_4096 = 0x50009400  # _IOW(BTRFS_IOCTL_MAGIC, nr, 4096-byte argument)
@@ -110,6 +111,14 @@ def _wait_loop_released(loop: str, image: str, deadline_s: float = 10.0) -> None
             return
         time.sleep(0.005)
     # still attached: another mount namespace holds the filesystem (it goes when that does)
+
+
+def trusted_home(home: Path) -> None:
+    """Make the store home if missing; refuse one someone else could control (util/ownership.py)."""
+    try:
+        ownership.ensure_dir(home, "the sandbox home")
+    except ownership.Untrusted as exc:
+        raise SandboxError(f"{exc}; refusing to use it as a sandbox home") from None
 
 
 class Store(ABC):
@@ -347,7 +356,7 @@ class BtrfsStore(Store):
     def ensure(self) -> None:
         if self.root.is_dir() and self.is_mounted():
             return
-        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        trusted_home(self.home)
         with open(self.home / "store.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.is_mounted():
@@ -357,7 +366,10 @@ class BtrfsStore(Store):
                 raise BackendUnavailable("mkfs.btrfs not found: install btrfs-progs (apt-get install btrfs-progs)")
             if not self.image.exists():
                 staged = self.image.with_suffix(".tmp")
-                with open(staged, "wb") as f:
+                with contextlib.suppress(FileNotFoundError):
+                    staged.unlink()  # a leftover of an interrupted format (unlink follows no link)
+                fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "wb") as f:
                     f.truncate(parse_size(self.image_size))  # sparse: grows with use
                 _run(["mkfs.btrfs", "-q", "-f", str(staged)], "formatting the btrfs store image")
                 staged.rename(self.image)
@@ -575,8 +587,9 @@ class CopyStore(Store):
         return ("full copies (" + self.warning.removeprefix("using the full-copy store: ") + ")")
 
     def ensure(self) -> None:
+        trusted_home(self.root.parent)
         # only root may enter: the layers hold whatever root inside made, setuid-root files too
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, exist_ok=True)
         if os.stat(self.root).st_mode & 0o077:
             os.chmod(self.root, 0o700)
 
