@@ -341,12 +341,24 @@ def scenario_backend(home: Path, tarball: str) -> dict[str, Any]:
     return out
 
 
+def scenario_describe(home: Path) -> dict[str, Any]:
+    """``store info`` and doctor for a user who has not built the base yet (an empty cache)."""
+    from hermes_sandboxes.backends.local import LocalBackend
+
+    os.environ["XDG_CACHE_HOME"] = str(home / "empty-cache")
+    backend = LocalBackend(home)
+    checks = {c.label: [c.ok, c.detail] for c in backend.doctor()}
+    return {"info": dict(backend.store_info()), "doctor": checks, "reason": backend.unavailable_reason()}
+
+
 def main() -> None:
     scenario = sys.argv[1]
     if scenario == "store":
         result = scenario_store(Path(sys.argv[2]))
     elif scenario == "base":
         result = scenario_base(Path(sys.argv[2]), sys.argv[3])
+    elif scenario == "describe":
+        result = scenario_describe(Path(sys.argv[2]))
     elif scenario == "backend":
         result = scenario_backend(Path(sys.argv[2]), sys.argv[3])
     else:

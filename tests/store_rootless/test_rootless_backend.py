@@ -21,7 +21,9 @@ def seen(request: pytest.FixtureRequest, test_user: TestUser, base_tarball: Path
         home = mountpoint / "home"
         home.mkdir()
         os.chown(home, test_user.uid, test_user.gid)
-        yield request.param, test_user.run("backend", str(home), str(base_tarball), timeout=600)
+        described = test_user.run("describe", str(home))
+        yield request.param, {**test_user.run("backend", str(home), str(base_tarball), timeout=600),
+                              "described": described}
 
 
 def test_the_store_kind_and_its_flag(seen: Any) -> None:
@@ -43,3 +45,16 @@ def test_disk_limits_are_refused_and_nothing_is_left(seen: Any) -> None:
     _, result = seen
     assert result["disk_limit"].startswith("disk limits need root mode")
     assert result["left"] == []
+
+
+def test_store_info_and_doctor_name_the_store_before_the_base_is_built(seen: Any) -> None:
+    fs, result = seen
+    described = result["described"]
+    kind = KINDS[fs][0]
+    assert described["info"]["kind"] == kind and "store base" in described["info"]["rootless base"]
+    assert described["info"]["disk limits"].startswith("refused: disk limits need root mode")
+    ok, detail = described["doctor"]["sandbox store"]
+    assert ok and detail.startswith(f"{kind} at ")
+    ok, detail = described["doctor"]["rootless base (Debian root owned by your id range)"]
+    assert not ok and "hermes-sandboxes store base" in detail
+    assert "store base" in described["reason"]  # the one reason nothing can start yet

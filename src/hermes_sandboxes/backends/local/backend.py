@@ -159,6 +159,13 @@ class LocalBackend(Backend):
             self._store = self._choose_store()
         return self._store
 
+    def describable_store(self) -> Store:
+        """The store, to say what it is: also before a rootless user has built the base, which only
+        starting a sandbox needs (``doctor`` and ``store info`` name the store, then the fix)."""
+        if self._store is None and self.rootless and rootless_unavailable_reason() is None:
+            self._store = self._choose_store()
+        return self.store
+
     def _choose_store(self) -> Store:
         recorded = paths.read_json(self.home / "store.json")
         kind = recorded.get("kind") if isinstance(recorded, dict) else None
@@ -434,7 +441,7 @@ class LocalBackend(Backend):
 
     def store_info(self) -> builtins.list[tuple[str, str]]:
         """What the store is, as (label, value) lines: kind, where, what it does, what it enforces."""
-        store = self.store
+        store = self.describable_store()
         lines = [("kind", store.kind), ("root", str(store.root)), ("how", store.description),
                  ("cheap checkpoints", "yes" if store.cheap else "no (cost follows the layer)")]
         try:

@@ -126,14 +126,16 @@ def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
     if not backend.rootless:
         checks.append(DoctorCheck(bool(mkfs), "btrfs-progs (constant-time checkpoints)",
                                   mkfs or "mkfs.btrfs not found: apt-get install btrfs-progs"))
+    from hermes_sandboxes.backends.local.backend import NO_BASE  # loaded: it called us
+
     reason = backend.unavailable_reason()
-    if reason is None:
+    if reason is None or (backend.rootless and reason == NO_BASE):  # the store is there: say what it is
         try:
-            store = backend.store
+            store = backend.describable_store()
             checks.append(DoctorCheck(True, "sandbox store", f"{store.kind} at {store.root}: {store.description}"))
             checks.append(_disk_limit_check(store.kind) if not store.rootless else _rootless_disk_check(store))
             if store.rootless and not backend.base:
-                checks.append(_rootless_base_check())
+                checks.append(_rootless_base_check())  # the one failure when it is missing, with its fix
         except Exception as exc:  # doctor reports, it never raises
             checks.append(DoctorCheck(False, "sandbox store", str(exc)))
     else:

@@ -148,8 +148,9 @@ class OverlayStore(RootlessStore):
 
     @property
     def description(self) -> str:
-        return (f"overlay layers on {self.fstype}: a layer holds copies of the files the sandbox changed, "
-                "and a checkpoint or restore copies that layer (never the base)")
+        return (f"overlay layers on {self.fstype}: a layer holds copies of the files the sandbox changed; a "
+                "checkpoint copies what changed since the previous one and links the rest, a restore copies "
+                "the layer (never the base)")
 
     def ensure(self) -> None:
         super().ensure()
