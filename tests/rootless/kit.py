@@ -93,7 +93,7 @@ print(baseimage.ensure(tarball=Path(sys.argv[2])))
 """
 
 
-def provision(user: TestUser) -> None:
+def provision(user: TestUser, *, with_base: bool = True) -> None:
     """The user's venv, and its rootless base unpacked from the machine's cached tarball (what
     `hermes-sandboxes store base` makes, without fetching it again)."""
     from tests.store_rootless.base_cache import cached_tarball
@@ -107,6 +107,8 @@ def provision(user: TestUser) -> None:
         target = user.home / "venv" / "bin" / script
         target.write_text(f"#!{user.python}\n{text}")
         target.chmod(0o755)
+    if not with_base:
+        return
     out = user.run([str(user.python), "-I", "-c", _UNPACK, str(REPO / "src"), str(cached_tarball())])
     assert out.returncode == 0, out.stderr
     user.base = Path(out.stdout.strip().splitlines()[-1])

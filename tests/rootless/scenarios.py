@@ -86,7 +86,73 @@ def hermes() -> dict[str, Any]:
     return {"returncode": run.returncode, "results": run.tool_json(), "output": run.output[-3000:]}
 
 
-SCENARIOS = {"confinement": confinement, "hermes": hermes}
+def no_cgroup() -> dict[str, Any]:
+    """What a sandbox without a delegated cgroup enforces, and how it freezes and kills."""
+    from hermes_sandboxes.backends.local import cgroups
+    from hermes_sandboxes.errors import Unsupported
+    from hermes_sandboxes.sandbox import Limits
+
+    backend = _backend()
+    seen: dict[str, Any] = {"capabilities": sorted(c.name for c in backend.capabilities)}
+    try:
+        backend.create("limited", SandboxSpec(limits=Limits(memory_bytes=256 << 20)))
+    except Unsupported as exc:
+        seen["memory_refused"] = str(exc)
+    sb = backend.create("plain", SandboxSpec(limits=Limits(pids=200)))
+    try:
+        seen["nproc"] = sb.exec("ulimit -u").stdout.strip()
+        sb.exec("sleep 600 >/dev/null 2>&1 &")
+        sleeper = sb.exec("pgrep -x sleep").stdout.split()
+        groups = cgroups.from_state(sb._runtime()["cgroups"])  # type: ignore[index]
+        host_pid = _host_pid(sb, int(sleeper[0]))
+        with groups.frozen():
+            seen["frozen_state"] = _state(host_pid)
+            seen["marked"] = groups.is_frozen()
+        seen["thawed_state"] = _state(host_pid)
+        seen["marked_after"] = groups.is_frozen()
+        proc = sb.start("sh -c 'sleep 601 & sleep 602'")
+        _wait(lambda: len(sb.exec("pgrep -x sleep").stdout.split()) == 3)
+        proc.kill()
+        proc.wait(30)
+        _wait(lambda: len(sb.exec("pgrep -x sleep").stdout.split()) == 1)
+        seen["after_kill"] = sb.exec("pgrep -ax sleep").stdout
+    finally:
+        for name in backend.names():
+            backend.get(name).destroy()
+    return seen
+
+
+def _host_pid(sb: Any, inner: int) -> int:
+    """The host pid of the process that is ``inner`` in the sandbox's pid namespace."""
+    init = int(sb._runtime()["pid"])
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            nspid = fields.get("NSpid", "").split()
+            # the background sleep's shell has exited: its parent is the sandbox's init
+            if len(nspid) >= 2 and int(nspid[-1]) == inner and int(fields["PPid"]) == init:
+                return int(entry.name)
+    raise AssertionError(f"no host process is pid {inner} inside")
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _wait(condition: Any, timeout: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+SCENARIOS = {"confinement": confinement, "hermes": hermes, "no_cgroup": no_cgroup}
 
 if __name__ == "__main__":
     print(json.dumps(SCENARIOS[sys.argv[1]](*sys.argv[2:])))

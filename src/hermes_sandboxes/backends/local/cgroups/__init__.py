@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hermes_sandboxes.backends.local.cgroups import hierarchies
+from hermes_sandboxes.backends.local.cgroups import groupfs, hierarchies
 from hermes_sandboxes.backends.local.cgroups.base import (
     BOX,
     BOXES,
@@ -103,8 +103,50 @@ def _probe_v1(found: list[Hierarchy], result: Probe) -> None:
             result.limits[controller] = result.bases[holder.key]
 
 
+HOST_LEAF = "hermes-sandboxes-host"  # where a delegated group's own processes move (see leave_delegated_root)
+
+
+def delegated(h: Hierarchy, uid: int | None = None) -> Path | None:
+    """Rootless on cgroup v2: the group this process is in, if it is delegated to this user (owned
+    by it, with cgroup.procs and cgroup.subtree_control writable), as systemd does for a unit with
+    Delegate=yes (`systemd-run --user --scope -p Delegate=yes ...`) or root by chown of a subtree.
+    A group that is our own leaf (HOST_LEAF) stands for its parent."""
+    own = h.own_dir()
+    if own.name == HOST_LEAF:
+        own = own.parent
+    uid = os.geteuid() if uid is None else uid
+    try:
+        if own.stat().st_uid != uid:
+            return None
+    except OSError:
+        return None
+    writable = all(os.access(own / f, os.W_OK) for f in ("cgroup.procs", "cgroup.subtree_control"))
+    return own if writable and os.access(own, os.W_OK) else None
+
+
+def leave_delegated_root(base: Path) -> None:
+    """Move the processes of the delegated group ``base`` into a leaf of their own: a group with
+    processes cannot hand controllers to its children (cgroup v2's no-internal-process rule)."""
+    pids = groupfs.read(base / "cgroup.procs").split()
+    if not pids:
+        return
+    leaf = base / HOST_LEAF
+    leaf.mkdir(exist_ok=True)
+    for pid in pids:
+        try:
+            groupfs.write(leaf / "cgroup.procs", pid)
+        except ProcessLookupError:
+            continue  # exited meanwhile
+
+
 def _probe_v2(h: Hierarchy, result: Probe) -> None:
-    base = h.mount  # at the top: a group with processes of its own cannot hand out controllers
+    # At the top: a group with processes of its own cannot hand out controllers. Rootless: the
+    # group delegated to this user, whose processes leave_delegated_root moves into a leaf.
+    found = h.mount if os.geteuid() == 0 else delegated(h)
+    if found is None:
+        result.fatal.append(f"no cgroup v2 group is delegated to uid {os.geteuid()} ({h.own_dir()} is not its own)")
+        return
+    base = found
     if not _usable(base):
         result.fatal.append(f"cannot create cgroups under {base} (cgroup2)")
         return
@@ -148,6 +190,8 @@ def for_sandbox(home: Path, name: str) -> SandboxCgroups:
         raise BackendUnavailable("local sandboxes need cgroups: " + "; ".join(found.fatal))
     parent = store_dir_name(home)
     dirs = {key: str(base / parent / name) for key, base in found.bases.items()}
+    if found.version == 2 and os.geteuid() != 0:
+        leave_delegated_root(found.bases[UNIFIED])
     return V1Cgroups(dirs) if found.version == 1 else V2Cgroups(dirs)
 
 

@@ -48,7 +48,8 @@ class NoCgroups(SandboxCgroups):
 
     @classmethod
     def of(cls, home: Path, name: str) -> NoCgroups:
-        return cls({"socket": str(paths.Layout(home).socket_file(name))})
+        layout = paths.Layout(home)
+        return cls({"socket": str(layout.socket_file(name)), "frozen": str(layout.run_dir(name) / "frozen")})
 
     @property
     def socket(self) -> str:
@@ -77,20 +78,31 @@ class NoCgroups(SandboxCgroups):
     def exists(self) -> bool:
         return False
 
+    @property
+    def _marker(self) -> Path | None:
+        """A file that says a freeze is under way: whoever finds it with nobody holding the
+        sandbox's lock (the freezer died) thaws the sandbox, as a cgroup's frozen state says."""
+        marker = self.dirs.get("frozen")
+        return Path(marker) if marker else None
+
     @contextlib.contextmanager
     def frozen(self) -> Iterator[None]:
+        if self._marker is not None:
+            self._marker.touch()
         ask_init(self.socket, {"op": "freeze"})
         try:
             yield
         finally:
-            ask_init(self.socket, {"op": "thaw"})
+            self.thaw()
 
     def is_frozen(self) -> bool:
-        return False
+        return self._marker is not None and self._marker.exists()
 
     def thaw(self) -> None:
         with contextlib.suppress(SandboxError):
             ask_init(self.socket, {"op": "thaw"})
+        if self._marker is not None:
+            self._marker.unlink(missing_ok=True)
 
     def kill_all(self) -> None:
         pass  # the caller kills the init, and its pid namespace goes with it

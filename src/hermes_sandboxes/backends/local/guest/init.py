@@ -396,6 +396,9 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
         idmap_fd=ns_fd, mounter=tuple(ids["outer"]) if ns_fd is not None else None,
         userxattr=ids.get("mode") == "rootless", binds=[tuple(b) for b in cfg.get("binds", ())])
     rootfs.hide(cfg.get("hide", ()))
+    if ids.get("refused"):
+        sys.stderr.write(f"hermes-sandboxes init: no user namespace of its own ({ids['refused']}): root inside "
+                         "is host root (its per-user kernel limits are shared)\n")
     # Every module the init needs is loaded: no later import may search the sandbox's files (its
     # /root could hold a planted copy of the standard library's path).
     sys.path.clear()
