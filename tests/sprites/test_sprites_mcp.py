@@ -1,5 +1,5 @@
 """The MCP server over the Sprites backend (the real sprites-py SDK against the fake): the shared story,
-with what Sprites cannot do (diff, fork) said in the tool results instead."""
+with what Sprites cannot do (fork) said in the tool results instead."""
 
 from __future__ import annotations
 
@@ -15,6 +15,5 @@ from tests.mcp.conformance import run_story
 def test_the_mcp_tools_tell_the_story_on_sprites_and_say_what_it_cannot(fake: FakeSprites, tmp_path: Path) -> None:
     with SpritesBackend(SpritesSettings(api_url=fake.url), token=fake.token) as backend:
         told = run_story(backend, tmp_path / "state", f"spm{os.getpid()}", api_url=fake.url)
-    assert "the sprites backend cannot diff checkpoints" in told["preview_diff_unavailable"]
-    assert "cannot diff" in told["diff"] and "checkpoint_log" in told["diff"]  # and what to use instead
+    assert told["preview_diff_unavailable"] is None and "diff" not in told  # Sprites diff checkpoints
     assert "cannot fork" in told["fork"]
