@@ -127,6 +127,7 @@ args = {json.dumps(args)}
 env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
 required = true
 default_tools_approval_mode = "approve"
+tool_timeout_sec = 600
 
 [features]
 shell_tool = false
