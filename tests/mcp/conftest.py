@@ -31,7 +31,3 @@ def running(local_backend: LocalBackend, tmp_path: Path, prefix: str) -> Iterato
         for name in left:
             local_backend.get(name).destroy()
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "clients: real agent clients (Codex CLI, Claude Code) end to end; they run "
-                                       "in the normal suite (deselect with -m 'not clients')")
