@@ -11,7 +11,9 @@ code, ``retry_after_seconds`` and ``Retry-After``; checkpoint create streams pro
 message alone names the new id ("Checkpoint v3 created"); the list hides automatic checkpoints
 unless ``includeAuto=true``; a restore answers at once and restarts the Sprite afterwards (exec is
 refused meanwhile, running sessions end); the session list's envelope and command form follow
-``session_envelope`` ("object" or "array") and ``session_command`` ("string" or "list").
+``session_envelope`` ("object" or "array") and ``session_command`` ("string" or "list"); a network
+policy update answers ``policy_update_status`` (204 as sprites-go expects, or 200 as the API
+reference shows) and is enforced through name resolution (world.py).
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class FakeSprites:
         self.session_envelope = "object"  # the session list: {"sessions": [...]} or a bare "array"
         self.session_command = "string"  # each session's command: one "string" or a "list" (older docs)
         self.restore_delay = 0.3  # seconds after the restore's answer until the Sprite is back
+        self.policy_update_status = 204  # what a network policy update answers (204 or 200)
         self.restore_gate: threading.Event | None = None  # if set, the Sprite is back only once it is set
         self.requests: list[Recorded] = []
         self._faults: list[Fault] = []
@@ -283,6 +286,8 @@ class FakeSprites:
             self.world.get(name)
             if rest[0] == "fs" and len(rest) == 2:
                 return self._fs(method, name, rest[1], q, body)
+            if rest == ["policy", "network"]:
+                return self._policy(method, name, json.loads(body) if body else {})
             if rest[0] in ("exec", "checkpoint", "checkpoints"):
                 return self._sub(method, name, rest, json.loads(body) if body else {}, q)
         return Reply.error(404, "not_found", f"no route {method} {path}")
@@ -361,6 +366,17 @@ class FakeSprites:
                                  {"type": "complete", "data": f"Restore to {rest[1]} started", "time": now}])
         return Reply.error(404, "not_found", f"no route {method} {'/'.join(rest)}")
 
+    def _policy(self, method: str, name: str, data: dict[str, Any]) -> Reply:
+        if method == "GET":
+            return Reply.json(200, {"rules": self.world.get(name).rules})
+        if method != "POST":
+            return Reply.error(405, "method_not_allowed", method)
+        rules = data.get("rules")
+        if not isinstance(rules, list) or not all(_valid_rule(r) for r in rules):
+            return Reply.error(400, "bad_request", f"invalid policy: {data!r}")
+        self.world.set_policy(name, rules)
+        return Reply(self.policy_update_status)  # the Go SDK expects 204, the API reference shows 200
+
     def _restore_later(self, name: str, public: str) -> None:
         """The restore's asynchronous part: active sessions end, the filesystem goes back, the
         environment comes back up after ``restore_delay``."""
@@ -426,6 +442,17 @@ class FakeSprites:
         connection = ExecConnection(session, request, send, receive, self._pool, grace=self.disconnect_grace,
                                     drop_after_output=bool(fault and fault.drop_exec))
         await connection.run()
+
+
+def _valid_rule(rule: Any) -> bool:
+    """A rule as the published sources show them: a domain with allow or deny, or an include."""
+    if not isinstance(rule, dict):
+        return False
+    if set(rule) == {"include"}:
+        return bool(rule["include"] == "defaults")
+    domain = rule.get("domain")
+    return (set(rule) == {"domain", "action"} and rule.get("action") in ("allow", "deny")
+            and isinstance(domain, str) and re.fullmatch(r"\*|(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)*", domain) is not None)
 
 
 def _fault_reply(fault: Fault) -> Reply:

@@ -10,6 +10,14 @@ Sprite's directories (``MOUNTED_ROOTS``: the local sandbox's lower layer is this
 too big to copy, and the Sprite's own files live there) taken as the checkpoint is made, unpacked
 under the mount point; after a restore (which rolls that directory back too) the five are unpacked
 again. They are not read-only here (making them so would change the permissions a diff compares).
+
+The network policy is enforced where the fake can: through name resolution, as the service does
+it through DNS. Each fake Sprite shares this host's network (a Sprite reaches the internet), and the
+names a test registers in ``hosts`` (each a loopback address) resolve inside it, through the
+Sprite's ``/etc/hosts``, only while its policy allows them (the most specific rule wins: the exact
+name, then the longest ``*.domain``, then ``*``; no rules, no restriction). A refused name does not
+resolve, so a ``curl`` to it fails as it would on a DNS REFUSED. Raw addresses are not blocked here.
+The policy is readable inside at ``/.sprite/policy/network.json``, as on the service.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ def sized(config: dict[str, Any]) -> Limits:
 
 MOUNTS = "/.sprite/checkpoints"
 MOUNTED = 5
+HOSTS_MARK = "#fake-sprites-policy"
+DEFAULT_DOMAINS = {"github.com", "registry.npmjs.org", "pypi.org", "files.pythonhosted.org"}  # include: defaults
 MOUNTED_ROOTS = ("root", "home")  # the host's other directories show through and change under a test
 
 
@@ -69,6 +79,7 @@ class FakeSprite:
     trees: dict[str, bytes] = field(default_factory=dict)  # checkpoint id -> a tar of its MOUNTED_ROOTS
     running: int = 0
     restarting: bool = False  # a restore is under way: exec is refused
+    rules: list[dict[str, str]] = field(default_factory=list)  # the network policy
 
     def to_json(self) -> dict[str, Any]:
         status = "running" if self.running and self.status == "warm" else self.status
@@ -86,6 +97,7 @@ class World:
 
     def __init__(self, backend: LocalBackend, local_prefix: str) -> None:
         self.backend = backend
+        self.hosts: dict[str, str] = {}  # name -> loopback address, resolvable where a policy allows it
         self._prefix = local_prefix
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
@@ -105,10 +117,27 @@ class World:
         """Create the Sprite's sandbox (the slow part of a create), with the size the create asked
         for as its limits (CPUs and memory; the store's disk limit where it can enforce one), as
         the service sizes a Sprite by its ``config``."""
-        sandbox = self.backend.create(sprite.local_name, SandboxSpec(limits=sized(sprite.config)))
+        sandbox = self.backend.create(sprite.local_name, SandboxSpec(network="host", limits=sized(sprite.config)))
         sandbox.exec(["mkdir", "-p", "/root", "/home/sprite"])
         sprite.sandbox = sandbox
+        self.resolve(sprite, sandbox)
         sprite.status = "warm"
+
+    # the network policy ------------------------------------------------------------------------
+    def set_policy(self, name: str, rules: list[dict[str, str]]) -> None:
+        sprite, sandbox = self.ready(name)
+        sprite.rules = [dict(r) for r in rules]
+        self.resolve(sprite, sandbox)
+
+    def resolve(self, sprite: FakeSprite, sandbox: LocalSandbox) -> None:
+        """Write the Sprite's /etc/hosts: the registered names its policy allows, and its policy."""
+        marked = "".join(f"{address} {host} {HOSTS_MARK}\n" for host, address in sorted(self.hosts.items())
+                         if allowed(host, sprite.rules))
+        script = ('mkdir -p /.sprite/policy && printf %s "$1" > /.sprite/policy/network.json && '
+                  f'sed -i "/{HOSTS_MARK}/d" /etc/hosts && printf %s "$2" >> /etc/hosts')
+        result = sandbox.exec(["sh", "-c", script, "sh", json.dumps({"rules": sprite.rules}), marked])
+        if result.exit_code != 0:
+            raise OSError(f"could not apply the network policy of {sprite.name}: {result.stderr}")
 
     def get(self, name: str) -> FakeSprite:
         sprite = self.sprites.get(name)
@@ -210,6 +239,7 @@ class World:
         sandbox.restore(sprite.checkpoint_ids[public])
         sandbox.exec(["rm", "-rf", "--", MOUNTS])  # rolled back with the rest: mounted afresh
         self.mount(sprite, sandbox)
+        self.resolve(sprite, sandbox)  # the policy is the Sprite's, not its files': it stays
 
     # files -------------------------------------------------------------------------------------
     def write(self, name: str, path: str, data: bytes, mode: int, parents: bool) -> None:
@@ -243,6 +273,29 @@ class World:
         result = sandbox.exec(f"rm {flag} -- {shlex.quote(path)} 2>&1 || rmdir -- {shlex.quote(path)}")
         if result.exit_code != 0:
             raise OSError(result.stdout.strip())
+
+
+def allowed(host: str, rules: list[dict[str, str]]) -> bool:
+    """Whether ``rules`` let ``host`` resolve: the most specific rule wins (the exact name, then the
+    longest ``*.domain``, then ``*``); no rules, no restriction; no rule matching, refused."""
+    if not rules:
+        return True
+    best: tuple[int, int, str] | None = None
+    for rule in rules:
+        domain, action = rule.get("domain", ""), rule.get("action", "")
+        if rule.get("include") == "defaults":
+            domain, action = (host, "allow") if host in DEFAULT_DOMAINS else ("", "")
+        if domain == host:
+            rank = (3, len(domain), action)
+        elif domain.startswith("*.") and host.endswith(domain[1:]):
+            rank = (2, len(domain), action)
+        elif domain == "*":
+            rank = (1, 0, action)
+        else:
+            continue
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    return best is not None and best[2] == "allow"
 
 
 def _tar(sandbox: LocalSandbox) -> bytes:

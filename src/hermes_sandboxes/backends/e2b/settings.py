@@ -48,6 +48,7 @@ class E2BSettings(BackendSettings):
     allow: tuple[str, ...] | None = None
     secure: bool = True
     metadata: dict[str, str] = Field(default_factory=dict)
+    brokered: None = None  # refused: see _brokered
 
     def spec(self) -> SandboxSpec:
         """The posture the settings ask for: the backend reads a spec's network as internet access,
@@ -76,6 +77,15 @@ class E2BSettings(BackendSettings):
         if info.data.get("allow_internet_access") is False:
             raise ValueError("allow_internet_access: false denies all egress; remove it to use an allow-list")
         return _allow_list(value)
+
+    @field_validator("brokered", mode="before")
+    @classmethod
+    def _brokered(cls, value: object) -> None:
+        if value is None or value == {}:
+            return None
+        raise ValueError("credential brokering needs this host's egress proxy in the path, and an E2B sandbox's "
+                         "traffic never passes it; pass the secret to the one command that needs it instead "
+                         "(the credentials setting)")
 
     @field_validator("backend", mode="before")
     @classmethod

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from hermes_sandboxes.backends.sprites.api import API
-from hermes_sandboxes.backends.sprites.sandbox import EPHEMERAL_LABEL, Remote, SpritesSandbox
+from hermes_sandboxes.backends.sprites.network import policy_rules
+from hermes_sandboxes.backends.sprites.sandbox import EPHEMERAL_LABEL, PROXY_LABEL, Remote, SpritesSandbox
 from hermes_sandboxes.backends.sprites.settings import IDLE_REFUSAL, SpritesSettings, find_token
 from hermes_sandboxes.errors import (
     BackendUnavailable,
@@ -54,11 +55,12 @@ GIB = 1 << 30
 
 class SpritesBackend(Backend):
     name = "sprites"
+    # EGRESS_ALLOWLIST as the Sprite's network policy (names, not ports or addresses: network.py);
     # DIFF for the newest five checkpoints (the ones the service mounts in the Sprite; an older one
     # is refused saying why); not DELETE_CHECKPOINTS (the service has none), not TREE_KILL (the
     # kill endpoint stops the exec session; what becomes of processes that left it is not documented)
     capabilities = frozenset({Capability.CHECKPOINTS, Capability.DIFF, Capability.LIMITS, Capability.TERMINAL,
-                              Capability.KILL_TAGGED})
+                              Capability.KILL_TAGGED, Capability.EGRESS_ALLOWLIST})
 
     def __init__(self, settings: SpritesSettings | None = None, *, token: str | None = None) -> None:
         self.settings = settings or SpritesSettings()
@@ -99,9 +101,11 @@ class SpritesBackend(Backend):
     def check_spec(self, spec: SandboxSpec) -> None:
         """Refuse what a Sprite cannot honour, before anything is sent."""
         super().check_spec(spec)
-        if spec.network != "host":
-            raise Unsupported(f"a Sprite reaches the internet; network {spec.network!r} cannot be honoured "
-                              "(use 'host')")
+        if spec.network not in ("host", "proxy"):
+            raise Unsupported(f"a Sprite reaches the internet, or (network 'proxy') the names of an allow-list "
+                              f"through its network policy; network {spec.network!r} cannot be honoured")
+        if spec.network == "proxy":
+            policy_rules(spec.allow)  # InvalidInput for an entry that does not parse
         if spec.limits.pids is not None:
             raise Unsupported("Sprites cannot limit the number of processes")
         if spec.limits.cpus is not None and spec.limits.cpus != int(spec.limits.cpus):
@@ -122,6 +126,8 @@ class SpritesBackend(Backend):
         labels = [f"{k}={v}" for k, v in sorted(spec.labels.items())]
         if ephemeral:
             labels.append(EPHEMERAL_LABEL)
+        if spec.network == "proxy":
+            labels.append(PROXY_LABEL)
         # wait_for_capacity: a create the service cannot place at once waits (inside create_wait_s)
         body: dict[str, Any] = {"name": name, "labels": labels, "wait_for_capacity": True}
         if any(v is not None for v in config.values()):
@@ -155,7 +161,14 @@ class SpritesBackend(Backend):
         spec = spec or self.settings.spec()
         self.check_spec(spec)
         remote = self._create(name, self._create_body(name, spec, ephemeral), ephemeral)
-        return SpritesSandbox(self, remote, created=True)
+        sandbox = SpritesSandbox(self, remote, created=True)
+        if spec.network == "proxy":
+            try:  # fenced before anything runs in it
+                sandbox.set_allow(spec.allow)
+            except BaseException:
+                sandbox.destroy()
+                raise
+        return sandbox
 
     def create_ephemeral(self, spec: SandboxSpec | None = None, prefix: str = "tmp") -> SpritesSandbox:
         return self.create(unique_name(prefix), spec, ephemeral=True)

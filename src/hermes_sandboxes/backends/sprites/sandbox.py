@@ -11,6 +11,8 @@ Images without ``$HOME`` exist, so every command gets ``HOME=/root`` explicitly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import secrets
 import time
@@ -19,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.backends.sprites import shapes
+from hermes_sandboxes import allowlist
+from hermes_sandboxes.backends.sprites import network, shapes
 from hermes_sandboxes.backends.sprites.api import MAX_RETRY_SLEEP_S
 from hermes_sandboxes.backends.sprites.diff import diff as checkpoint_diff
 from hermes_sandboxes.backends.sprites.process import (
@@ -59,6 +62,8 @@ if TYPE_CHECKING:
     from hermes_sandboxes.backends.sprites.backend import SpritesBackend
 
 EPHEMERAL_LABEL = "hermes-sandboxes-ephemeral"
+PROXY_LABEL = "hermes-sandboxes-network=proxy"  # made with an allow-list (network "proxy")
+ALLOW_INDEX = "/root/.cache/hermes-sandboxes/allow.json"  # the allow-list's entries as last set
 RESTORE_MARKER_DIR = "/var/tmp/hermes-sandboxes-restore"  # written before a restore, gone after it
 RESTORE_WAIT_S = 120.0
 NOT_FOUND_EXIT = 66
@@ -93,10 +98,15 @@ class Remote:
     def ephemeral(self) -> bool:
         return EPHEMERAL_LABEL in self.labels
 
+    @property
+    def fenced(self) -> bool:
+        return PROXY_LABEL in self.labels
+
     def info(self, checkpoint_count: int = 0) -> SandboxInfo:
         return SandboxInfo(name=self.name, backend="sprites", ephemeral=self.ephemeral,
                            state=_STATES.get(self.status, SandboxState.UNKNOWN), created_at=self.created_at,
-                           spec=SandboxSpec(network="host"), checkpoint_count=checkpoint_count)
+                           spec=SandboxSpec(network="proxy" if self.fenced else "host"),
+                           checkpoint_count=checkpoint_count)
 
 
 class SpritesSandbox(Sandbox):
@@ -107,6 +117,7 @@ class SpritesSandbox(Sandbox):
         self._backend = backend
         self.name = remote.name
         self.ephemeral = remote.ephemeral
+        self.fenced = remote.fenced
         self.created = created
         self.sdk_sprite: Sprite = backend.api.client.sprite(remote.name)
 
@@ -119,7 +130,39 @@ class SpritesSandbox(Sandbox):
 
     def info(self) -> SandboxInfo:
         remote = Remote.from_sdk(self._call("lookup", lambda: self._backend.api.client.get_sprite(self.name)))
-        return remote.info(checkpoint_count=len(self.checkpoints()))
+        info = remote.info(checkpoint_count=len(self.checkpoints()))
+        if not remote.fenced:
+            return info
+        return dataclasses.replace(info, spec=SandboxSpec(network="proxy", allow=self.allow_in_force()))
+
+    # the network policy ----------------------------------------------------------------------------
+    def policy(self) -> list[dict[str, str]]:
+        answer = self._backend.api.request("GET", f"/v1/sprites/{self.name}/policy/network", "network policy",
+                                           sprite=self.name)
+        return network.rules_in(answer.json() if answer.content else {})
+
+    def allow_in_force(self) -> tuple[str, ...]:
+        """The entries as last set when the service enforces them, else the names it allows."""
+        try:
+            recorded = json.loads(self.read_file(ALLOW_INDEX))
+        except (SandboxError, ValueError):
+            recorded = None
+        entries = [str(e) for e in recorded] if isinstance(recorded, list) else None
+        return network.allow_in_effect(entries, self.policy())
+
+    def set_allow(self, allow: Sequence[str]) -> None:
+        """Replace the Sprite's network policy with the allow-list's rules (network.py): the
+        service reloads it live, dropping connections to names it no longer allows. The entries
+        are kept in a small file in the Sprite, for ``info()`` (which reports the service's own
+        rules instead should the two disagree)."""
+        if not self.fenced:
+            raise InvalidInput(f"Sprite {self.name} has network 'host'; an allow-list applies only to network "
+                               "'proxy' (create the Sprite with one)")
+        entries = allowlist.validate(allow)
+        rules = network.policy_rules(entries)
+        self._backend.api.request("POST", f"/v1/sprites/{self.name}/policy/network", "network policy update",
+                                  sprite=self.name, json_body={"rules": rules})
+        self.write_file(ALLOW_INDEX, json.dumps(list(entries)).encode())
 
     def stop(self) -> None:
         """Kill every running exec session; the service pauses an idle Sprite by itself."""

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
-from hermes_sandboxes.settings import BackendSettings, _require_text, _whole_number
+from hermes_sandboxes.settings import BackendSettings, _allow_list, _require_text, _whole_number
 
 DEFAULT_API_URL = "https://api.sprites.dev"
 API_URL_ENV = "SPRITES_API_URL"
@@ -46,6 +46,9 @@ class SpritesSettings(BackendSettings):
     max_disk_gb: int | None = None
     api_url: str | None = None
     create_wait_s: float = CREATE_WAIT_S
+    # an egress allow-list (network "proxy"): None for none; the Sprite's network policy (network.py)
+    allow: tuple[str, ...] | None = None
+    brokered: None = None  # refused: see _brokered
 
     @field_validator("idle_timeout", mode="before")
     @classmethod
@@ -60,6 +63,20 @@ class SpritesSettings(BackendSettings):
         raise ValueError(f"{value!r}: Sprites have one base image (the service's, upgraded by it) and the "
                          "create API takes no image; remove the setting, install what you need in the "
                          "Sprite and checkpoint it")
+
+    @field_validator("brokered", mode="before")
+    @classmethod
+    def _brokered(cls, value: object) -> None:
+        if value is None or value == {}:
+            return None
+        raise ValueError("credential brokering needs this host's egress proxy in the path, and a Sprite's "
+                         "traffic never passes it; pass the secret to the one command that needs it instead "
+                         "(the credentials setting)")
+
+    @field_validator("allow", mode="before")
+    @classmethod
+    def _allow(cls, value: object) -> tuple[str, ...]:
+        return _allow_list(value)
 
     @field_validator("max_cpus", mode="before")
     @classmethod
@@ -96,6 +113,8 @@ class SpritesSettings(BackendSettings):
             cpus=float(self.max_cpus) if self.max_cpus else None,
             disk_bytes=self.max_disk_gb * GIB if self.max_disk_gb else None,
         )
+        if self.allow is not None:
+            return SandboxSpec(network="proxy", allow=self.allow, limits=limits)
         return SandboxSpec(network="host", limits=limits)
 
 
