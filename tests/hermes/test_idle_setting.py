@@ -22,6 +22,10 @@ def test_an_idle_sandbox_is_stopped_and_the_next_command_starts_it(hermes: Herme
     while sandbox.is_running():
         assert time.monotonic() < deadline, "the idle sandbox was never stopped"
         time.sleep(0.1)
+    from tests.hermes.test_slash import _slash
+
+    status = _slash()("")
+    assert "stopped (idle timeout 2 s: stopped after that long without a command)" in status, status
     after = hermes.run("cat /root/f; pgrep -f 'slee[p] 1006' || echo no-sleeper")
     assert after["output"].split() == ["kept", "no-sleeper"], after
     stops = env.recorded.journal.records_of(StopRecord, sandbox=env.sandbox_name)

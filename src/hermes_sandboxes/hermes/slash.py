@@ -54,6 +54,13 @@ def _ago(ts: float) -> str:
     return f"{seconds} s ago"
 
 
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} s"
+
+
 def _cut(lines: list[str], total: int, what: str) -> list[str]:
     """``lines`` (the first of ``total``), with a line counting what was left out."""
     if total > len(lines):
@@ -110,7 +117,9 @@ def _preview_lines(preview: RestorePreview, *, files: bool = True, commands: boo
 # --- subcommands -------------------------------------------------------------------------------------
 def status(target: Target, args: Sequence[str]) -> str:
     info = target.recorded.inner.info()
-    lines = [f"Sandbox {target.name} ({target.recorded.inner.backend.name} backend), {info.state.value}"]
+    idle = info.spec.idle_timeout
+    stops = f" (idle timeout {_duration(idle)}: stopped after that long without a command)" if idle else ""
+    lines = [f"Sandbox {target.name} ({target.recorded.inner.backend.name} backend), {info.state.value}{stops}"]
     point = undo_point(target)
     listed = target.recorded.checkpoints()
     if not listed:
