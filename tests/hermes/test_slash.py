@@ -173,3 +173,14 @@ def test_in_a_gateway_each_chat_acts_on_its_own_sessions_sandbox(hermes: HermesH
     with _gateway_chat("agent:main:telegram:dm:2"):
         assert hermes.run("cat /root/who", task_id="turn-2")["output"].strip() == "2"
         assert "chat 2" in slash("")
+
+
+def test_hermes_refuses_its_own_rollback_for_this_backend(hermes: HermesHarness) -> None:
+    # what docs/hermes.md says: Hermes's /rollback takes host checkpoints and refuses them for a
+    # container backend, ours included; /sandbox undo is the way
+    from tools.checkpoint_manager import CheckpointManager
+
+    hermes.run("true")
+    reason = CheckpointManager(enabled=True).unsupported_backend_reason()
+    assert reason is not None and "terminal.backend=sandbox" in reason, reason
+    assert "undo" in _slash()("help")
