@@ -4,6 +4,8 @@ prefix of this run (so parallel runs never touch each other's), every one destro
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.mcp.scope import Rules
 from hermes_sandboxes.mcp.server import Running
-from tests.mcp.kit import running_for
+from tests.mcp.kit import COMMAND, URL, Served, running_for
 
 
 @pytest.fixture
@@ -31,3 +33,21 @@ def running(local_backend: LocalBackend, tmp_path: Path, prefix: str) -> Iterato
         for name in left:
             local_backend.get(name).destroy()
 
+
+@pytest.fixture
+def served(local_backend: LocalBackend, prefix: str) -> Iterator[Served]:
+    proc = subprocess.Popen([COMMAND, "--home", str(local_backend.home), "mcp", "--http", "--port", "0",
+                             "--prefix", prefix], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline().decode()
+        found = URL.search(line)
+        assert found is not None, line
+        token_file = Path(os.environ["HERMES_SANDBOXES_STATE"]) / "mcp" / "token"
+        yield Served(found.group(1), int(found.group(2)), token_file.read_text().strip(), token_file, proc, line)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        for info in local_backend.list():
+            if info.name.startswith(f"{prefix}-"):
+                local_backend.get(info.name).destroy()

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import http.client
 import json
 import math
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,6 +26,8 @@ import anyio
 import anyio.to_thread
 import mcp_types
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
 from hermes_sandboxes import backends
@@ -94,6 +100,31 @@ def stdio_params(*args: str, env: dict[str, str] | None = None) -> StdioServerPa
     keep = {k: os.environ[k] for k in ("HERMES_SANDBOXES_STATE", "HERMES_SANDBOXES_CONFIG", "XDG_RUNTIME_DIR",
                                        "HERMES_SANDBOXES_HOME") if k in os.environ}
     return StdioServerParameters(command=COMMAND, args=list(args), env={**keep, **(env or {})})
+
+
+URL = re.compile(r"serving (http://127\.0\.0\.1:(\d+)/mcp)")
+
+
+@dataclasses.dataclass
+class Served:
+    url: str
+    port: int
+    token: str
+    token_file: Path
+    proc: subprocess.Popen[bytes]
+    said: str  # what the server wrote on stderr when it started
+
+    def transport(self, token: str | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
+        return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=headers))
+
+    def raw(self, method: str, headers: dict[str, str], body: Any = None) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        payload = None if body is None else json.dumps(body).encode()
+        connection.request(method, "/mcp", body=payload, headers={"Content-Type": "application/json", **headers})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+
 
 
 Scenario = Callable[[Client], Awaitable[Any]]

@@ -1,6 +1,7 @@
 """Real agent clients end to end: Codex CLI and Claude Code (pinned, installed from npm by
 tests/mcp/clients.sh), each run non-interactively against the scripted model of tests/fakes on
-127.0.0.1 with ``hermes-sandboxes mcp`` attached over stdio, as a user would configure it.
+127.0.0.1 with ``hermes-sandboxes mcp`` attached over stdio, as a user would configure it (and Claude
+Code also over ``--http`` with the bearer token).
 
 The model asks to create a sandbox, write a project, ``rm -rf`` it, and then restores the
 automatic checkpoint by the call the ``exec`` result named. The tests assert on what the model
@@ -23,7 +24,7 @@ import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend
 from tests.fakes.agent_model import AgentModelServer, Told, Use, use
-from tests.mcp.kit import COMMAND, ROOT
+from tests.mcp.kit import COMMAND, ROOT, Served
 
 pytestmark = pytest.mark.clients
 
@@ -161,30 +162,48 @@ enabled = false
         _remove(local_backend, f"{prefix}-proj")
 
 
+def _claude(clients: Path, model: AgentModelServer, tmp_path: Path, server: dict[str, Any]) -> dict[str, Any]:
+    """One non-interactive Claude Code run of the script with ``server`` as its MCP server."""
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {SERVER: server}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    run = subprocess.run(
+        [str(clients / "claude"), "-p", "Put a small project in a sandbox, then clean up.",
+         "--mcp-config", str(config), "--strict-mcp-config", "--allowedTools", f"mcp__{SERVER}",
+         "--disallowedTools", "Bash", "--output-format", "json"],
+        cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+        env=_client_env(tmp_path, CLAUDE_CONFIG_DIR=str(tmp_path / "claude"), ANTHROPIC_BASE_URL=model.url,
+                        ANTHROPIC_API_KEY="not-a-key", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                        DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1",
+                        ENABLE_TOOL_SEARCH="false"))
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    result: dict[str, Any] = json.loads(run.stdout)
+    assert result["is_error"] is False and result["permission_denials"] == [], result
+    assert result["result"] == "The project is back."
+    offered = model.model.agent_requests()[0].told.tools
+    assert "Bash" not in offered and f"mcp__{SERVER}__exec" in offered, offered  # its own shell is denied
+    return result
+
+
 def test_claude_code_restores_the_checkpoint_its_rm_rf_was_told_about(
         clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path) -> None:
     model.play(script())
     command, args, env = server_command(local_backend, prefix)
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {SERVER: {"command": command, "args": args, "env": env}}}))
-    work = tmp_path / "work"
-    work.mkdir()
     try:
-        run = subprocess.run(
-            [str(clients / "claude"), "-p", "Put a small project in a sandbox, then clean up.",
-             "--mcp-config", str(config), "--strict-mcp-config", "--allowedTools", f"mcp__{SERVER}",
-             "--disallowedTools", "Bash", "--output-format", "json"],
-            cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
-            env=_client_env(tmp_path, CLAUDE_CONFIG_DIR=str(tmp_path / "claude"), ANTHROPIC_BASE_URL=model.url,
-                            ANTHROPIC_API_KEY="not-a-key", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-                            DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1", DISABLE_AUTOUPDATER="1",
-                            ENABLE_TOOL_SEARCH="false"))
-        assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
-        result = json.loads(run.stdout)
-        assert result["is_error"] is False and result["permission_denials"] == [], result
-        assert result["result"] == "The project is back."
-        offered = model.model.agent_requests()[0].told.tools
-        assert "Bash" not in offered and f"mcp__{SERVER}__exec" in offered, offered  # its own shell is denied
+        _claude(clients, model, tmp_path, {"command": command, "args": args, "env": env})
+        check_the_story(model, local_backend, prefix)
+    finally:
+        _remove(local_backend, f"{prefix}-proj")
+
+
+def test_claude_code_over_http_with_the_bearer_token(
+        clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path,
+        served: Served) -> None:
+    model.play(script())
+    try:
+        _claude(clients, model, tmp_path, {"type": "http", "url": served.url,
+                                           "headers": {"Authorization": f"Bearer {served.token}"}})
         check_the_story(model, local_backend, prefix)
     finally:
         _remove(local_backend, f"{prefix}-proj")

@@ -3,71 +3,19 @@ client with the bearer token, and refused without it or from a foreign Host or O
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import re
-import signal
 import stat
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.recorder.records import ExecRecord
 from hermes_sandboxes.recorder.state import HostState
-from tests.mcp.kit import COMMAND, call_ok, data, text
+from tests.mcp.kit import Served, call_ok, data, text
 from tests.mcp.test_mcp_sessions import _until
-
-URL = re.compile(r"serving (http://127\.0\.0\.1:(\d+)/mcp)")
-
-
-@dataclass
-class Served:
-    url: str
-    port: int
-    token: str
-    token_file: Path
-    proc: subprocess.Popen[bytes]
-    said: str  # what the server wrote on stderr when it started
-
-    def transport(self, token: str | None = None) -> Any:
-        headers = {"Authorization": f"Bearer {self.token if token is None else token}"}
-        return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=headers))
-
-    def raw(self, method: str, headers: dict[str, str], body: Any = None) -> tuple[int, dict[str, str], bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        payload = None if body is None else json.dumps(body).encode()
-        connection.request(method, "/mcp", body=payload, headers={"Content-Type": "application/json", **headers})
-        response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-
-
-@pytest.fixture
-def served(local_backend: LocalBackend, prefix: str) -> Iterator[Served]:
-    proc = subprocess.Popen([COMMAND, "--home", str(local_backend.home), "mcp", "--http", "--port", "0",
-                             "--prefix", prefix], stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline().decode()
-        found = URL.search(line)
-        assert found is not None, line
-        token_file = Path(os.environ["HERMES_SANDBOXES_STATE"]) / "mcp" / "token"
-        yield Served(found.group(1), int(found.group(2)), token_file.read_text().strip(), token_file, proc, line)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        for info in local_backend.list():
-            if info.name.startswith(f"{prefix}-"):
-                local_backend.get(info.name).destroy()
 
 
 def drive_http(transport: Any, scenario: Any) -> Any:
