@@ -1,7 +1,7 @@
 """Real agent clients end to end: Codex CLI and Claude Code (pinned, installed from npm by
 tests/mcp/clients.sh), each run non-interactively against the scripted model of tests/fakes on
 127.0.0.1 with ``hermes-sandboxes mcp`` attached over stdio, as a user would configure it (and Claude
-Code also over ``--http`` with the bearer token).
+Code and Codex also over ``--http`` with the bearer token).
 
 The model asks to create a sandbox, write a project, ``rm -rf`` it, and then restores the
 automatic checkpoint by the call the ``exec`` result named. The tests assert on what the model
@@ -105,10 +105,8 @@ def check_the_story(model: AgentModelServer, local_backend: LocalBackend, prefix
     return name
 
 
-def test_codex_cli_restores_the_checkpoint_its_rm_rf_was_told_about(
-        clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path) -> None:
-    model.play(script())
-    command, args, env = server_command(local_backend, prefix)
+def _codex(clients: Path, model: AgentModelServer, tmp_path: Path, server: str, **env: str) -> None:
+    """One ``codex exec`` run of the script with ``server`` (a TOML body) as its MCP server."""
     home = tmp_path / "codex"
     home.mkdir()
     (home / "config.toml").write_text(f"""
@@ -123,9 +121,7 @@ wire_api = "responses"
 env_key = "SCRIPTED_API_KEY"
 
 [mcp_servers.{SERVER}]
-command = {json.dumps(command)}
-args = {json.dumps(args)}
-env = {{ {", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())} }}
+{server}
 required = true
 default_tools_approval_mode = "approve"
 tool_timeout_sec = 600
@@ -142,21 +138,42 @@ enabled = false
 """)
     work = tmp_path / "work"
     work.mkdir()
+    run = subprocess.run(
+        [str(clients / "codex"), "exec", "--skip-git-repo-check", "--ephemeral", "--json",
+         "Put a small project in a sandbox, then clean up."],
+        cwd=work, env=_client_env(tmp_path, CODEX_HOME=str(home), SCRIPTED_API_KEY="not-a-key", **env),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    calls = [e["item"] for e in events
+             if e.get("type") == "item.completed" and e["item"].get("type") == "mcp_tool_call"]
+    assert [c["tool"] for c in calls] == ["sandbox_create", "file_write", "file_write", "exec",
+                                          "checkpoint_restore", "exec"], calls
+    assert all(c["status"] == "completed" and c["server"] == SERVER for c in calls), calls
+    offered = model.model.agent_requests()[0].told.tools
+    assert "exec_command" not in offered and f"mcp__{SERVER}.exec" in offered, offered  # its own shell is off
+
+
+def test_codex_cli_restores_the_checkpoint_its_rm_rf_was_told_about(
+        clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path) -> None:
+    model.play(script())
+    command, args, env = server_command(local_backend, prefix)
+    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     try:
-        run = subprocess.run(
-            [str(clients / "codex"), "exec", "--skip-git-repo-check", "--ephemeral", "--json",
-             "Put a small project in a sandbox, then clean up."],
-            cwd=work, env=_client_env(tmp_path, CODEX_HOME=str(home), SCRIPTED_API_KEY="not-a-key"),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
-        events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-        calls = [e["item"] for e in events if e.get("type") == "item.completed"
-                 and e["item"].get("type") == "mcp_tool_call"]
-        assert [c["tool"] for c in calls] == ["sandbox_create", "file_write", "file_write", "exec",
-                                              "checkpoint_restore", "exec"], calls
-        assert all(c["status"] == "completed" and c["server"] == SERVER for c in calls), calls
-        offered = model.model.agent_requests()[0].told.tools
-        assert "exec_command" not in offered and f"mcp__{SERVER}.exec" in offered, offered  # its own shell is off
+        _codex(clients, model, tmp_path, f"command = {json.dumps(command)}\nargs = {json.dumps(args)}\n"
+                                         f"env = {{ {table} }}")
+        check_the_story(model, local_backend, prefix)
+    finally:
+        _remove(local_backend, f"{prefix}-proj")
+
+
+def test_codex_cli_over_http_with_the_bearer_token(
+        clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path,
+        served: Served) -> None:
+    model.play(script())
+    try:
+        _codex(clients, model, tmp_path, f'url = "{served.url}"\nbearer_token_env_var = "HERMES_SANDBOXES_MCP_TOKEN"',
+               HERMES_SANDBOXES_MCP_TOKEN=served.token)
         check_the_story(model, local_backend, prefix)
     finally:
         _remove(local_backend, f"{prefix}-proj")
