@@ -112,3 +112,16 @@ def test_credential_brokering_is_refused_on_the_cloud_backends_saying_why(model:
 def test_the_allow_setting_gives_a_proxy_spec() -> None:
     settings = validate_settings(SpritesSettings, {"allow": ["@pypi"]}, where="s")
     assert settings.spec().network == "proxy" and settings.spec().allow == ("@pypi",)
+
+
+def test_an_open_sprite_opened_with_an_allow_list_is_fenced_in_place(backend: SpritesBackend,
+                                                                     fake: FakeSprites) -> None:
+    """A Sprite's name is its identity (the existing plugin's names), so a Sprite made before the
+    allow setting was added must get the list, never stay open unnoticed."""
+    backend.open("sp-later")
+    fenced = backend.open("sp-later", SandboxSpec(network="proxy", allow=("@pypi",)))
+    assert fenced.fenced and fake.world.sprites["sp-later"].rules == [
+        *allow("pypi.org", "files.pythonhosted.org"), DENY]
+    assert backend.get("sp-later").info().spec == SandboxSpec(network="proxy", allow=("@pypi",))
+    assert backend.open("sp-later", SandboxSpec(network="proxy", allow=("@pypi",))).fenced
+    assert len(fake.recorded("POST", "/v1/sprites/sp-later/policy/network")) == 1  # once, not at every open

@@ -154,7 +154,20 @@ class SpritesBackend(Backend):
                 remote = self._lookup(name)
         if remote.ephemeral:
             raise SandboxExists(f"Sprite {name} is ephemeral and belongs to another run; it is never adopted")
-        return SpritesSandbox(self, self._await_ready(remote, deadline, ephemeral=False))
+        sandbox = SpritesSandbox(self, self._await_ready(remote, deadline, ephemeral=False))
+        if spec is not None and spec.network == "proxy" and not sandbox.fenced:
+            self.check_spec(spec)
+            self._fence(sandbox, remote, spec.allow)
+        return sandbox
+
+    def _fence(self, sandbox: SpritesSandbox, remote: Remote, allow: tuple[str, ...]) -> None:
+        """An existing Sprite opened with an allow-list it does not have (one made before the list
+        was set): the Sprite's name is its identity, so it is fenced in place rather than left open."""
+        log.warning("sprites: Sprite %s had no egress allow-list; it now gets the one asked for", sandbox.name)
+        self.api.request("PUT", f"/v1/sprites/{sandbox.name}", "label update", sprite=sandbox.name,
+                         json_body={"labels": [*remote.labels, PROXY_LABEL]})
+        sandbox.fenced = True
+        sandbox.set_allow(allow)
 
     def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> SpritesSandbox:
         validate_name(name)

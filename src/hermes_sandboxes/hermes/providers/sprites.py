@@ -115,7 +115,8 @@ class SpritesProvider(SandboxProvider):
         "Install the SDK in Hermes's Python: pip install -e '/path/to/checkout[hermes,sprites]'.",
         "Put SPRITES_TOKEN=... (a token from your organization's Sprites settings) in the profile's .env.",
         "Optional settings: name_prefix, scope (session|instance), "
-        "max_cpus, max_ram_gb, max_disk_gb, api_url, auto_checkpoint, retention, credentials.",
+        "allow (an egress allow-list), max_cpus, max_ram_gb, max_disk_gb, api_url, auto_checkpoint, retention, "
+        "credentials.",
     )
 
     def _token(self) -> str | None:
