@@ -256,3 +256,31 @@ def test_stop_show_and_a_diff_between_two_checkpoints(running: Running) -> None:
         assert after["stdout"] == "none\ntwo\n"  # processes gone, files kept
 
     drive(InProcess(running), scenario)
+
+
+def test_a_sandbox_removed_and_made_again_behind_the_servers_back_is_used_afresh(
+        running: Running, local_backend: LocalBackend) -> None:
+    async def scenario(client: Client) -> None:
+        name = (await call_ok(client, "sandbox_create", name="again"))["sandbox"]
+        await call_ok(client, "exec", sandbox=name, command="echo first > /root/f")
+        local_backend.get(name).destroy()  # as `hermes-sandboxes rm` would, from another process
+        gone = await call_error(client, "exec", sandbox=name, command="cat /root/f")
+        assert name in gone
+        await call_ok(client, "sandbox_create", name="again")
+        fresh = await call_ok(client, "exec", sandbox=name, command="test -e /root/f; echo $?")
+        assert fresh["stdout"] == "1\n"
+
+    drive(InProcess(running), scenario)
+
+
+def test_the_journal_names_the_client_and_session_of_each_command(running: Running) -> None:
+    async def scenario(client: Client) -> str:
+        name = str((await call_ok(client, "sandbox_create", name="origin"))["sandbox"])
+        await call_ok(client, "exec", sandbox=name, command="true")
+        return name
+
+    name = drive(InProcess(running), scenario)
+    [record] = [r for r in running.scope.use(name).recorded.journal.records(sandbox=name)
+                if isinstance(r, ExecRecord) and r.command == "true"]
+    assert record.origin["via"] == "mcp" and record.origin["client"] == "mcp"  # the SDK's default client name
+    assert record.origin["session"].startswith("stdio-")

@@ -86,7 +86,7 @@ class Commands:
         started = time.monotonic()
         fresh: list[bool] = []  # whether the automatic checkpoint was taken for this command (or reused)
         proc = recorded.start(command, checkpoint=policy, cwd=cwd, env=env, stdin=stdin,
-                              origin={"session": ctx.session_id}, on_stdout=out.write, on_stderr=err.write,
+                              origin=_origin(ctx), on_stdout=out.write, on_stderr=err.write,
                               on_checkpoint=lambda checkpoint, verdict, new: fresh.append(new))
         cancelled: list[str] = []
 
@@ -180,6 +180,15 @@ class Commands:
         more = f"[{stream} bytes {offset}-{end} of {size}" + ("; more: call again with offset "
                                                                f"{end}]" if end < size else "]")
         return ToolResult.ok(result, f"{text}\n{more}")
+
+
+def _origin(ctx: CallContext) -> dict[str, str]:
+    """The journal's tags of this command: the MCP session, and the client that said its name."""
+    origin = {"session": ctx.session_id}
+    client = ctx.session.client.get("name")
+    if isinstance(client, str) and client:
+        origin["client"] = client[:64]
+    return origin
 
 
 def _text(data: dict[str, Any], notes: list[str]) -> str:

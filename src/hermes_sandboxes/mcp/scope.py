@@ -199,6 +199,10 @@ class Scope:
                 self._ephemeral[full] = session
         else:
             sandbox = backend.create(self.full_name(name), spec)
+        with self._lock:  # a sandbox of that name removed behind our back (the CLI's rm) is a new life
+            stale = self._open.pop(sandbox.name, None)
+        if stale is not None:
+            stale.recorded.close()
         opened = self._remember(sandbox)
         opened.recorded.record_create()
         return opened
