@@ -26,8 +26,13 @@ mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup || fail "no cgroup2"
 mkdir -p /newroot/run/hsg-out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /newroot/run/hsg-out || fail "9p mount of out failed"
 echo "hsg: ready after $(cut -d" " -f1 /proc/uptime) s"
-chroot /newroot /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# The new root is moved over the initramfs and entered from there, as switch_root does (not a chroot
+# into /newroot): the kernel refuses user namespaces to a chrooted process, and the rootless tests
+# and root mode's own user namespaces need them. This shell keeps the initramfs as its root (its
+# busybox, for poweroff) and the new root as its directory.
+cd /newroot && mount --move . / || fail "moving the new root failed"
+chroot . /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/root LANG=C.UTF-8 TERM=dumb /bin/sh /run/hsg-out/run.sh
 echo "hsg: exit $?"
-umount /newroot/run/hsg-out
+umount run/hsg-out
 poweroff -f

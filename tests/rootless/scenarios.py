@@ -152,7 +152,37 @@ def _wait(condition: Any, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
-SCENARIOS = {"confinement": confinement, "hermes": hermes, "no_cgroup": no_cgroup}
+def escapes() -> dict[str, Any]:
+    """The escape suite's probes from root inside a rootless sandbox: every denied system call,
+    another store of the same user, the init's /proc entry, the capabilities left."""
+    from tests.local.test_escapes import ALL_PROBES, PROBE
+
+    token = secrets.token_hex(16)
+    victim, attacker = _backend(), _backend()
+    seen: dict[str, Any] = {"token": token}
+    try:
+        other = victim.create("victim")
+        other.write_file("/root/secret.txt", token.encode())
+        other.stop()
+        sb = attacker.create("attacker")
+        sb.write_file("/root/syscall_probe.py", PROBE.read_bytes())
+        probe = sb.exec(f"python3 /root/syscall_probe.py '{json.dumps(ALL_PROBES)}'")
+        seen["probe"] = json.loads(probe.stdout) if probe.exit_code == 0 else probe.stderr
+        seen["grep"] = sb.exec(f"grep -rlsF {token} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; true",
+                               timeout=300).stdout
+        seen["victim_home"] = sb.exec(f"ls -d {victim.home} 2>&1; true").stdout
+        seen["init"] = sb.exec("cat /proc/1/environ; ls -l /proc/1/root/ 2>&1 | head -1; true").stdout
+        seen["capbnd"] = sb.exec("grep CapBnd /proc/self/status").stdout.split()[1]
+        seen["nnp"] = sb.exec("grep NoNewPrivs /proc/self/status").stdout.split()[1]
+        seen["seccomp"] = sb.exec("grep ^Seccomp: /proc/self/status").stdout.split()[1]
+    finally:
+        for backend in (victim, attacker):
+            for name in backend.names():
+                backend.get(name).destroy()
+    return seen
+
+
+SCENARIOS = {"confinement": confinement, "hermes": hermes, "no_cgroup": no_cgroup, "escapes": escapes}
 
 if __name__ == "__main__":
     print(json.dumps(SCENARIOS[sys.argv[1]](*sys.argv[2:])))

@@ -40,3 +40,30 @@ def test_the_users_other_processes_cannot_be_signalled(seen: dict[str, Any]) -> 
 def test_root_inside_is_the_user_and_its_subordinate_ids(rootless_user: kit.TestUser, seen: dict[str, Any]) -> None:
     first = seen["uid_map"].split()
     assert first[:3] == ["0", str(rootless_user.uid), "1"]
+
+
+@pytest.fixture(scope="module")
+def escapes(rootless_user: kit.TestUser) -> dict[str, Any]:
+    out = rootless_user.run([str(rootless_user.python), "-m", "tests.rootless.scenarios", "escapes"],
+                            cwd=str(kit.REPO))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_every_system_call_the_filter_denies_is_denied_rootless_too(escapes: dict[str, Any]) -> None:
+    from tests.local.test_escapes import EXPECTED_INSIDE
+
+    assert escapes["probe"] == EXPECTED_INSIDE
+
+
+def test_another_store_of_the_same_user_is_out_of_reach(escapes: dict[str, Any]) -> None:
+    assert escapes["grep"] == "" and "No such file or directory" in escapes["victim_home"]
+
+
+def test_the_init_and_the_capabilities_are_as_in_root_mode(escapes: dict[str, Any]) -> None:
+    from hermes_sandboxes.backends.local.guest.init import KEPT_CAPABILITIES
+
+    assert "PATH=" not in escapes["init"] and "Permission denied" in escapes["init"]  # /proc/1 is not dumpable
+    assert int(escapes["capbnd"], 16) == sum(1 << cap for cap in KEPT_CAPABILITIES)
+    assert escapes["nnp"] == "1" and escapes["seccomp"] == "2"
