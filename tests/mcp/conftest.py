@@ -47,7 +47,12 @@ def served(local_backend: LocalBackend, prefix: str) -> Iterator[Served]:
         yield Served(found.group(1), int(found.group(2)), token_file.read_text().strip(), token_file, proc, line)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # never leave it behind, and say so
+            proc.kill()
+            proc.wait()
+            raise
         for info in local_backend.list():
             if info.name.startswith(f"{prefix}-"):
                 local_backend.get(info.name).destroy()
