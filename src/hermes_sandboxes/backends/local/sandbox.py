@@ -20,6 +20,7 @@ from hermes_sandboxes.errors import (
     SandboxFileNotFound,
     SandboxNotFound,
     SandboxUnreachable,
+    Unsupported,
 )
 from hermes_sandboxes.sandbox import (
     Checkpoint,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend
     from hermes_sandboxes.backends.local.guest import masks
     from hermes_sandboxes.backends.local.store import base as storage
+    from hermes_sandboxes.backends.local.store import treediff
     from hermes_sandboxes.sandbox import Stdin
 else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) needs none of them
     egress = lazy_module("hermes_sandboxes.backends.local.egress")
@@ -53,6 +55,7 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     launcher = lazy_module("hermes_sandboxes.backends.local.launcher")
     masks = lazy_module("hermes_sandboxes.backends.local.guest.masks")
     storage = lazy_module("hermes_sandboxes.backends.local.store.base")
+    treediff = lazy_module("hermes_sandboxes.backends.local.store.treediff")
     trust = lazy_module("hermes_sandboxes.backends.local.trust")
     policy = lazy_module("hermes_sandboxes.allowlist")
 
@@ -674,7 +677,10 @@ class LocalSandbox(Sandbox):
 
     def _diff(self, old: Path, new: Path) -> list[FileChange]:
         hint = self._backend.store.change_hint(self.name, old, new)
-        return self._backend.store.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint)
+        try:
+            return self._backend.store.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint)
+        except treediff.TooBig as exc:  # a hostile layer: said, not walked to the end (a restore needs no diff)
+            raise Unsupported(f"sandbox {self.name}: {exc}") from None
 
     def changed_since(self, checkpoint_id: str) -> bool | None:
         """Whether the sandbox's files may have changed since the checkpoint: False only when they

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -33,6 +34,37 @@ class Hint(NamedTuple):
 
     dirs: set[str]  # directories whose entries may differ (relative paths)
     inodes: set[int]  # inodes that may differ in either layer; any other is the same in both
+
+
+class TooBig(Exception):
+    """The walk passed its budget; says how far it got."""
+
+
+class Budget(NamedTuple):
+    """How much one diff may walk: entries kept in memory (both layers together) and seconds.
+    The defaults keep a diff of a hostile layer (millions of files) at a few hundred MB and
+    half a minute; a diff that passes them raises TooBig instead of taking the host with it."""
+
+    entries: int = 400_000
+    seconds: float = 30.0
+
+    def start(self) -> _Spend:
+        return _Spend(self)
+
+
+class _Spend:
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.count = 0
+        self.deadline = time.monotonic() + budget.seconds
+
+    def one(self) -> None:
+        self.count += 1
+        if self.count > self.budget.entries or (self.count % 1024 == 0 and time.monotonic() > self.deadline):
+            raise TooBig(f"the diff stopped after {self.count:,} entries"
+                         + (" (its limit)" if self.count > self.budget.entries else
+                            f" and {self.budget.seconds:g} s (its time limit)")
+                         + ": the layers hold more than a diff can count; what is past that is unknown")
 
 
 class _Entry(NamedTuple):
@@ -60,22 +92,27 @@ def _entry(st: os.stat_result) -> _Entry:
 class _Side:
     """One layer's entries at the paths compared so far."""
 
-    def __init__(self, tree: Tree | None, opaque_xattr: str = OPAQUE_XATTR) -> None:
+    def __init__(self, tree: Tree | None, opaque_xattr: str, spend: _Spend) -> None:
         self.tree = tree
         self.entries: dict[str, _Entry] = {}
         self._opaque: dict[str, bool] = {}
         self._opaque_xattr = opaque_xattr
+        self._spend = spend
+        self.whole: set[str] = set()  # subtrees read whole (add_subtree)
 
     def names(self, rel: str) -> dict[str, int]:
         return (self.tree.names(rel) if self.tree else None) or {}
 
     def stat(self, rel: str, name: str) -> _Entry | None:
         st = self.tree.lstat(rel, name) if self.tree else None
+        self._spend.one()
         return None if st is None else _entry(st)
 
     def add_subtree(self, rel: str) -> None:
+        self.whole.add(rel)
         if self.tree is not None:
             for path, st in self.tree.walk(rel):
+                self._spend.one()
                 self.entries[path] = _entry(st)
 
     def opaque(self, rel: str) -> bool:
@@ -86,23 +123,29 @@ class _Side:
 
 
 def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
-                hint: Hint | None = None, opaque_xattr: str = OPAQUE_XATTR) -> list[FileChange]:
+                hint: Hint | None = None, opaque_xattr: str = OPAQUE_XATTR,
+                budget: Budget | None = None) -> list[FileChange]:
     """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``; a ``hint``
     limits the comparison to where the layers may differ; ``opaque_xattr``: the overlay's marker of
-    an opaque directory (``user.overlay.opaque`` in layers of a user-namespace overlay)."""
+    an opaque directory (``user.overlay.opaque`` in layers of a user-namespace overlay). The walk
+    stops with TooBig when it passes ``budget`` (default ``Budget()``)."""
     old_tree, new_tree = _open(old_root), _open(new_root)
+    spend = (budget or Budget()).start()
     try:
-        old, new = _Side(old_tree, opaque_xattr), _Side(new_tree, opaque_xattr)
+        old, new = _Side(old_tree, opaque_xattr, spend), _Side(new_tree, opaque_xattr, spend)
         if hint is None:
             old.add_subtree("")
             new.add_subtree("")
         else:
+            walked = _Walked(old, new)
             for directory in sorted(hint.dirs):
-                _compare_directory(old, new, directory, hint.inodes)
+                if not walked.covers(directory):  # a subtree read whole already holds it
+                    _compare_directory(old, new, directory, hint.inodes)
+        base = _Base(lower, old, new)
         changes: list[FileChange] = []
         for rel in sorted(old.entries.keys() | new.entries.keys()):
             change = _classify("/" + rel, old, new, rel, old.entries.get(rel), new.entries.get(rel),
-                               functools.partial(_base_entry, lower, rel, old, new))
+                               functools.partial(base.entry, rel))
             if change is not None:
                 changes.append(change)
         return changes
@@ -110,6 +153,29 @@ def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
         for tree in (old_tree, new_tree):
             if tree is not None:
                 tree.close()
+
+
+class _Walked:
+    """Whether a directory lies in a subtree read whole (so the hint's directories below it need no
+    comparing: every entry there is recorded already). Answered per directory
+    from its parent's answer, kept: a hint listing every level of a deep new tree costs one look-up
+    per directory, not a walk of everything below each one."""
+
+    def __init__(self, old: _Side, new: _Side) -> None:
+        self.old, self.new = old, new
+        self._known: dict[str, bool] = {"": False}
+
+    def covers(self, directory: str) -> bool:
+        pending = []
+        while directory not in self._known:
+            pending.append(directory)
+            directory = directory.rpartition("/")[0]
+        covered = self._known[directory]
+        for rel in reversed(pending):
+            # read whole on one side means: the same on both, or no directory there on the other
+            covered = covered or rel in self.old.whole or rel in self.new.whole
+            self._known[rel] = covered
+        return covered
 
 
 def _open(root: Path) -> Tree | None:
@@ -142,19 +208,42 @@ def _compare_directory(old: _Side, new: _Side, directory: str, changed: set[int]
             new.add_subtree(rel)
 
 
-def _base_entry(lower: Path | None, rel: str, old: _Side, new: _Side) -> os.stat_result | None:
-    """What the base shows at ``rel`` (so a new upper copy of it is a modification), if anything."""
-    if lower is None:
-        return None
-    parts = rel.split("/")
-    for i in range(1, len(parts)):
-        prefix = "/".join(parts[:i])
-        if old.opaque(prefix) or new.opaque(prefix):
+class _Base:
+    """What the base shows at a path (so a new upper copy of it is a modification), if anything.
+
+    Whether a directory hides the base below it (opaque in either layer, or absent from the base)
+    is worked out once per directory and kept, from its parent's answer: the cost is one check per
+    directory, not one per ancestor of every entry (which made a tree N deep cost N^2 directory
+    lookups per entry, and a 4,000-deep one more than five minutes)."""
+
+    def __init__(self, lower: Path | None, old: _Side, new: _Side) -> None:
+        self.lower, self.old, self.new = lower, old, new
+        self._visible: dict[str, bool] = {"": lower is not None}  # does the base show through here?
+
+    def _shows_through(self, directory: str) -> bool:
+        pending = []
+        while directory not in self._visible:
+            pending.append(directory)
+            directory = directory.rpartition("/")[0]
+        visible = self._visible[directory]
+        for rel in reversed(pending):  # from the known ancestor down
+            visible = visible and not (self.old.opaque(rel) or self.new.opaque(rel)) and self._is_dir(rel)
+            self._visible[rel] = visible
+        return visible
+
+    def _is_dir(self, rel: str) -> bool:
+        try:
+            return stat.S_ISDIR(os.lstat(self.lower / rel).st_mode) if self.lower is not None else False
+        except OSError:  # absent, or deeper than any path the base can hold
+            return False
+
+    def entry(self, rel: str) -> os.stat_result | None:
+        if self.lower is None or not self._shows_through(rel.rpartition("/")[0]):
             return None
-    try:
-        return os.lstat(lower / rel)
-    except OSError:
-        return None
+        try:
+            return os.lstat(self.lower / rel)
+        except OSError:
+            return None
 
 
 def _content_differs(old: _Side, new: _Side, rel: str, before: _Entry, after: _Entry) -> bool:

@@ -1,0 +1,51 @@
+"""A tree built from inside must not block rollback (issue 24, finding 4).
+
+4,000 nested directories made the host-side diff run past 300 s (its cost grew with the square of
+the depth for every entry) and the restore with it, since a restore shows its preview first; a
+flat tree of files grew one diff's memory without bound. The walk is linear in entries now, and a
+diff past its budget (entries, seconds) says so instead of running on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.backends.local.store import treediff
+from hermes_sandboxes.sandbox import ChangeKind
+from tests.local.kit import sh
+
+DEPTH = 4000
+# under a directory of the base that no mask makes opaque (an opaque /root hid the cost)
+NESTED = f"""
+import os
+os.makedirs("/opt/hs-deep")
+os.chdir("/opt/hs-deep")
+for _ in range({DEPTH}):
+    os.mkdir("d")
+    os.chdir("d")
+open("bottom", "w").write("deep")
+"""
+
+
+def test_a_tree_4000_deep_is_diffed_and_restored(sb: LocalSandbox) -> None:
+    base = sb.checkpoint("before the tree")
+    sh(sb, f"python3 -c '{NESTED}'", timeout=300)
+    changes = sb.diff(base.id)
+    added = [c for c in changes if c.kind == ChangeKind.ADDED and c.path.startswith("/opt/hs-deep/d")]
+    assert len(added) == DEPTH + 1, len(added)  # every directory and the file at the bottom
+    assert max(len(c.path) for c in added) > 8000  # deeper than any path the kernel takes whole
+    sb.restore(base.id)
+    assert sh(sb, "test -e /opt/hs-deep || echo gone").stdout == "gone\n"
+
+
+def test_a_diff_past_its_budget_says_so_instead_of_running_on(sb: LocalSandbox) -> None:
+    base = sb.checkpoint("before the files")
+    sh(sb, "mkdir /root/many && cd /root/many && seq 3000 | xargs touch", timeout=300)
+    layer = sb.backend.store.readable_layer(sb.name)
+    with pytest.raises(treediff.TooBig, match="the diff stopped after 2,001 entries"):
+        treediff.diff_layers(sb.backend.store.checkpoint_path(sb.name, base.id) / "upper", layer / "upper",
+                             Path("/"), budget=treediff.Budget(entries=2000))
+    assert len(sb.diff(base.id)) == 3001  # the default budget holds these
