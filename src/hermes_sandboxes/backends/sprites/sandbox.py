@@ -344,7 +344,7 @@ class SpritesSandbox(Sandbox):
                 raise SandboxUnreachable(f"Sprite {self.name} was still restoring {checkpoint_id} after "
                                          f"{RESTORE_WAIT_S:g}s; try the next command in a moment")
             time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            pause = min(pause * 2, 0.5)  # a restart takes seconds: look often, each look is one exec
 
     def diff(self, from_id: str, to_id: str | None = None) -> list[FileChange]:
         """Computed in the Sprite against the service's read-only mounts of its newest five
