@@ -15,6 +15,13 @@ settings cache the fast path reads):
 
 Also: the server's memory (RSS and PSS) and what one request costs it up to the worker's pid
 (accept, fork, the request read): a connection that sends a request and never says go.
+
+Every other command, served warm, interleaved with ``python3 -c pass`` the same way (issue #22,
+point 6): ``ls``, ``checkpoint list``, ``log``, ``config``, ``--help``, ``--version`` and ``create``
+against 3x the bare Python; ``run -- true``, ``checkpoint create`` and ``checkpoint restore --yes``
+against 3x the bare Python plus the same operation through the Python API (the local backend's
+``create``+``exec``+``destroy``, ``checkpoint()``, ``restore()``), measured in this process in the
+same rounds. ``run`` is also measured against ``podman run --rm`` and ``runsc do`` when installed.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TARGET_RATIO = 3.0
 RESULTS = Path(__file__).resolve().parent / "results" / "cli.json"
@@ -123,6 +131,7 @@ def bench(runs: int, root: Path) -> dict[str, object]:
     compileall.compile_dir(Path(hermes_sandboxes.__file__).parent, quiet=1)
     runtime = root / "run"
     runtime.mkdir(mode=0o700)
+    (root / "config.toml").write_text("")  # the defaults (a config file named must exist)
     env = {**os.environ, "HERMES_SANDBOXES_HOME": str(root / "home"), "HERMES_SANDBOXES_STATE": str(root / "state"),
            "HERMES_SANDBOXES_CONFIG": str(root / "config.toml"), "XDG_RUNTIME_DIR": str(runtime)}
     env.pop("HERMES_SANDBOXES_WARM", None)
@@ -147,8 +156,9 @@ def bench(runs: int, root: Path) -> dict[str, object]:
             server.stop()
             first.append(timed(exec_true, env))
             server.pid()
+        commands = bench_commands(max(10, runs // 3), env, root)
         py = statistics.median(python)
-        return {"python_c_pass": summary(python), "cli_exec_true_warm": summary(warm),
+        return {"commands": commands, "python_c_pass": summary(python), "cli_exec_true_warm": summary(warm),
                 "cli_exec_true_in_process": summary(in_process),
                 "cli_exec_true_first_starting_the_server": summary(first),
                 "ratio_warm": round(statistics.median(warm) / py, 2),
@@ -163,6 +173,86 @@ def bench(runs: int, root: Path) -> dict[str, object]:
         store = LocalBackend(root / "home").store
         if hasattr(store, "unmount"):
             store.unmount()  # frees the loop device too
+
+
+LIGHT = {"ls": ["ls"], "checkpoint list": ["checkpoint", "list", "bench"], "log": ["log", "bench"],
+         "config": ["config"], "--help": ["--help"], "--version": ["--version"]}
+PEERS = {"podman run --rm": ["podman", "run", "--rm", "--network", "none", "localhost/hsb-bench-true", "/true"],
+         "runsc do": ["runsc", "--network", "none", "do", "true"]}
+
+
+def bench_commands(runs: int, env: dict[str, str], root: Path) -> dict[str, object]:
+    """Each command (and its API counterpart) once per round, with a bare Python in every round."""
+    from hermes_sandboxes.backends.local import LocalBackend
+
+    backend = LocalBackend(root / "home")
+    sandbox = backend.get("bench")
+    base = subprocess.run([*CLI, "checkpoint", "create", "bench"], env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    peers = {name: argv for name, argv in PEERS.items() if _peer_ready(name, argv)}
+    cli: dict[str, list[float]] = {name: [] for name in [*LIGHT, "create", "run -- true", "checkpoint create",
+                                                         "checkpoint restore", *peers]}
+    api: dict[str, list[float]] = {"run -- true": [], "checkpoint create": [], "checkpoint restore": []}
+    python: list[float] = []
+    for i in range(runs):
+        python.append(timed([sys.executable, "-c", "pass"], env))
+        for name, args in LIGHT.items():
+            cli[name].append(timed([*CLI, *args], env))
+        cli["create"].append(timed([*CLI, "create", f"bench-{i}"], env))
+        cli["run -- true"].append(timed([*CLI, "run", "--", "true"], env))
+        cli["checkpoint create"].append(timed([*CLI, "checkpoint", "create", "bench"], env))
+        cli["checkpoint restore"].append(timed([*CLI, "checkpoint", "restore", "bench", base, "--yes"], env))
+        for name, argv in peers.items():
+            cli[name].append(timed(argv, env))
+        api["run -- true"].append(_api_ms(lambda: _api_run(backend)))
+        api["checkpoint create"].append(_api_ms(sandbox.checkpoint))
+        api["checkpoint restore"].append(_api_ms(lambda: sandbox.restore(base)))
+    for i in range(runs):
+        backend.get(f"bench-{i}").destroy()
+    py = statistics.median(python)
+    rows: dict[str, object] = {}
+    for name, samples in cli.items():
+        own = statistics.median(api[name]) if name in api else 0.0
+        limit = None if name in peers else TARGET_RATIO * py + own
+        rows[name] = {"cli": summary(samples), "api": summary(api[name]) if name in api else None,
+                      "limit_ms": None if limit is None else round(limit, 2),
+                      "ratio_to_python": round(statistics.median(samples) / py, 2),
+                      "meets_target": None if limit is None else statistics.median(samples) <= limit}
+    rows["not_installed"] = [name for name in PEERS if name not in peers]
+    rows["python_c_pass"] = summary(python)
+    return rows
+
+
+def _api_ms(call: Any) -> float:
+    started = time.perf_counter_ns()
+    call()
+    return (time.perf_counter_ns() - started) / 1e6
+
+
+def _api_run(backend: Any) -> None:
+    sandbox = backend.create(f"run-api-{os.getpid()}", ephemeral=True)
+    try:
+        sandbox.exec("true")
+    finally:
+        sandbox.destroy()
+
+
+def _peer_ready(name: str, argv: list[str]) -> bool:
+    """Installed, and (podman) with its one-file image imported from a static ``true``."""
+    if shutil.which(argv[0]) is None:
+        return False
+    if name.startswith("podman"):
+        busybox = shutil.which("busybox")  # static (busybox-static): an image of one file
+        if busybox is None:
+            return False
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(busybox, Path(tmp) / "true")
+            subprocess.run(["tar", "-C", tmp, "-cf", f"{tmp}/image.tar", "true"], check=True, capture_output=True)
+            done = subprocess.run(["podman", "import", f"{tmp}/image.tar", "localhost/hsb-bench-true"],
+                                  capture_output=True, check=False)
+            if done.returncode != 0:
+                return False
+    return subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, check=False).returncode == 0
 
 
 def main() -> None:
@@ -190,6 +280,14 @@ def main() -> None:
           f"{py} ms = {results['ratio_in_process']}x | - |")
     print(f"| the first call, which starts the server | {r['cli_exec_true_first_starting_the_server']['median_ms']} ms"
           " | - |")
+    commands: dict[str, Any] = results["commands"]  # type: ignore[assignment]
+    for name, row in commands.items():
+        if not isinstance(row, dict) or "cli" not in row:
+            continue
+        api = f" (API {row['api']['median_ms']} ms)" if row["api"] else ""
+        limit = f"<= {row['limit_ms']} ms" if row["limit_ms"] is not None else "peer"
+        print(f"| `{name}` (median of {row['cli']['runs']}){api} | {row['cli']['median_ms']} ms = "
+              f"{row['ratio_to_python']}x python | {limit} |")
     print(f"server: {r['server_memory']}, pid answer {r['server_pid_answer']['median_ms']} ms, "
           f"load {load_before} -> {results['load_average_after']}")
 

@@ -59,7 +59,8 @@ def host_state_dir() -> Iterator[Path]:
     saved = {k: os.environ.get(k) for k in ("HERMES_SANDBOXES_STATE", "HERMES_SANDBOXES_CONFIG",
                                             "HERMES_SANDBOXES_BACKEND")}
     os.environ["HERMES_SANDBOXES_STATE"] = str(root / "state")
-    os.environ["HERMES_SANDBOXES_CONFIG"] = str(root / "config.toml")  # absent: defaults apply
+    (root / "config.toml").write_text("# empty: the defaults apply\n")  # (a named file must exist)
+    os.environ["HERMES_SANDBOXES_CONFIG"] = str(root / "config.toml")
     os.environ.pop("HERMES_SANDBOXES_BACKEND", None)
     yield root / "state"
     for key, value in saved.items():

@@ -46,8 +46,10 @@ class InvalidSettings(InvalidInput):
 
 
 def _yaml_hint(value: object, expected: str) -> str:
-    kind = "a boolean" if isinstance(value, bool) else type(value).__name__
-    return f"YAML read {value!r} as {kind}; expected {expected} (put the value in quotes)"
+    """Why a non-text value is refused, in words true of YAML, TOML and ``-o`` alike (each reads a
+    bare ``off`` or ``123`` as a boolean or a number; quotes keep it text)."""
+    kind = {bool: "a boolean", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return f"{value!r} was read as {kind}, not text; expected {expected} (put the value in quotes)"
 
 
 def _require_text(value: object, expected: str) -> str:
@@ -58,6 +60,8 @@ def _require_text(value: object, expected: str) -> str:
 
 def _size(value: object, expected: str, minimum: int, too_small: str) -> int:
     """A size with a unit (a bare number is refused), at least ``minimum`` bytes."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(f"{value!r} has no unit (bytes? megabytes?); expected {expected}, in quotes")
     text = _require_text(value, expected)
     try:
         size = parse_size(text, unit_required=True)

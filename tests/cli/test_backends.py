@@ -99,7 +99,7 @@ def test_flags_override_the_file_and_the_file_overrides_defaults(tmp_path: Path,
 def test_a_disk_limit_comes_from_the_config_file_or_disk_and_shows_in_ls(tmp_path: Path, home: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('[local]\ndisk = 64\n')  # a bare number: bytes or megabytes?
-    one_line_error(invoke("--config", str(config), "ls"), "[local].disk: YAML read 64")
+    one_line_error(invoke("--config", str(config), "ls"), "[local].disk: 64 has no unit")
     config.write_text(f'[local]\nhome = "{home}"\ndisk = "64M"\n')
     name = unique_name("disk")
     try:

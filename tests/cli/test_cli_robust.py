@@ -189,8 +189,10 @@ def test_a_reader_that_goes_away_is_journaled_as_a_broken_pipe(home: Path, box: 
 
 def _orphan_a_run(home: Path, backend: LocalBackend) -> str:
     """A `run` killed with -9 mid-command; returns its sandbox's name."""
+    # (in-process: a warm call's worker outlives its killed client and destroys the sandbox itself,
+    # see test_cli_warm.py)
     proc = subprocess.Popen(cli(home, "run", "--", "hostname; exec sleep 600"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, env=in_process())
     assert proc.stdout is not None
     name = proc.stdout.readline().decode().strip()
     proc.kill()
@@ -242,7 +244,7 @@ main()
 @pytest.mark.parametrize("module", ["click", "rich.console", "hermes_sandboxes.recorder.sandbox"])
 def test_ctrl_c_during_start_up_prints_no_traceback(home: Path, module: str) -> None:
     done = subprocess.run([CLI[0], "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home), "ls"],
-                          capture_output=True, timeout=60, check=False)
+                          capture_output=True, timeout=60, check=False, env=in_process())
     assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done
 
 
@@ -431,7 +433,7 @@ def test_ls_never_calls_a_sandbox_a_killed_checkpoint_left_frozen_running(
     state = json.loads((box.backend.layout.run_dir(box.name) / "init.json").read_text())
     groups = cgroups.from_state(state["cgroups"])
     marker = tmp_path / "paused"
-    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": "checkpoint-staged",
+    env = {**in_process(), "HERMES_SANDBOXES_TEST_PAUSE": "checkpoint-staged",  # (the CLI itself is killed)
            "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
     proc = subprocess.Popen(cli(home, "checkpoint", "create", box.name), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

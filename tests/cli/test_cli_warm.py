@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.cli import cli as main_cli
 from hermes_sandboxes.recorder.state import HostState
 from tests.cli import cli_kit, warm_kit
 from tests.cli.cli_kit import CLI, as_json, ok
@@ -97,6 +99,93 @@ def test_warm_and_in_process_give_the_same_bytes_codes_and_records(
         assert len(records) == 2 and comparable(records[0]) == comparable(records[1]), records
         cold_owner, warm_owner = warm_kit.owners(journal(box))
         assert warm_owner != cold_owner and warm_kit.server_pid(rt) is not None  # the second one ran warm
+
+
+# every command but `shell` is served warm: output, codes and prompts as in-process
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("ls", ["ls", "--json"]),
+    ("checkpoint list", ["checkpoint", "list", "@box", "--json"]),
+    ("log", ["log", "@box"]),
+    ("config", ["config", "--json"]),
+    ("help", ["--help"]),
+    ("a command's help", ["checkpoint", "restore", "--help"]),
+    ("an unknown checkpoint", ["checkpoint", "show", "@box", "ck-nope"]),
+    ("bad usage", ["create", "--bogus"]),
+    ("a question nobody can answer", ["rm", "@box"]),
+]
+
+
+@pytest.mark.parametrize(("case", "args"), COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process(
+        home: Path, box: LocalSandbox, rt: dict[str, str], case: str, args: list[str]) -> None:
+    warm_kit.start(rt)
+    ok(home, "checkpoint", "create", box.name, "-m", "one")
+    argv = cli(home, *(box.name if arg == "@box" else arg for arg in args))
+    seen = [call(argv, env)[:3] for env in ({**rt, **warm_kit.WARM_OFF}, rt)]
+    assert seen[0] == seen[1], seen
+    assert warm_kit.server_pid(rt) is not None
+
+
+def test_a_checkpoint_taken_warm_is_recorded_by_the_worker(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    code, out, err, pid = call(cli(home, "checkpoint", "create", box.name, "-m", "warm"), rt)
+    assert code == 0 and out.startswith(b"ck-"), (code, out, err)
+    records = [json.loads(line) for line in journal(box).read_text().splitlines() if line.strip()]
+    [ahead] = [r for r in records if r["type"] == "checkpoint_start"]
+    assert ahead["owner"]["pid"] not in (pid, server), ahead  # the worker took it
+    assert [c["comment"] for c in as_json(home, "checkpoint", "list", box.name)] == ["warm"]
+
+
+def test_a_warm_prompt_reads_the_terminal_and_ctrl_c_reaches_it(
+        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    server = warm_kit.start(rt)
+    env = {"XDG_RUNTIME_DIR": rt["XDG_RUNTIME_DIR"], "HERMES_SANDBOXES_WARM_IDLE_S": "60"}
+    for answer, code, says in ((b"n\r", 1, b"cancelled; nothing was changed"), (b"\x03", 130, b"interrupted")):
+        pty = cli_kit.Pty([str(a) for a in cli(home, "rm", box.name)], rows_cols=(24, 80), env=env)
+        try:
+            pty.expect(b"[y/N]")
+            # the client imported none of the CLI (no pydantic): the worker asks the question
+            maps = Path(f"/proc/{pty.proc.pid}/maps").read_text()
+            assert "pydantic_core" not in maps and len(warm_kit.children_of(server)) >= 1
+            pty.send(answer)
+            assert pty.finish() == code, pty.seen
+        finally:
+            if pty.proc.poll() is None:
+                pty.proc.kill()
+        assert says in pty.seen, pty.seen
+    assert box.name in ok(home, "ls").stdout
+
+
+def test_a_run_whose_client_is_killed_is_destroyed_by_its_worker(home: Path, rt: dict[str, str]) -> None:
+    warm_kit.start(rt)
+    proc = subprocess.Popen(cli(home, "run", "--", "hostname; exec sleep 600"), env=rt, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    name = proc.stdout.readline().decode().strip()
+    assert name.startswith("run-") and name in {s["name"] for s in as_json(home, "ls")}, name
+    proc.kill()
+    proc.wait(timeout=60)
+    poll(lambda: name not in {s["name"] for s in as_json(home, "ls")}, f"{name} destroyed by the worker")
+    [end] = [r for r in as_json(home, "log", name) if r["type"] == "exec"]
+    assert end["killed"] and "SIGHUP" in end["error"], end  # its client went away: as a closed terminal
+
+
+def test_version_is_answered_without_a_server(rt: dict[str, str]) -> None:
+    from importlib.metadata import version
+
+    done = subprocess.run([*CLI, "--version"], env=rt, capture_output=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0, f"hermes-sandboxes, version {version('hermes-sandboxes')}\n".encode(), b"")
+    assert CliRunner().invoke(main_cli, ["--version"]).output == done.stdout.decode()  # as click says it
+    assert not warm_kit.runtime_dir(rt).exists()  # no server was started for it
+
+
+def test_shell_runs_in_process(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    """It owns the terminal (raw mode, window size): never served by a worker."""
+    warm_kit.start(rt)
+    code, out, err, pid = call(cli(home, "shell", box.name), rt, b"echo from shell\n")
+    assert (code, out) == (0, b"from shell\n"), (code, out, err)
+    assert warm_kit.owners(journal(box)) == [pid]  # recorded by the CLI's own process
 
 
 def test_the_exec_of_a_running_command_is_recorded_by_the_worker_as_running(

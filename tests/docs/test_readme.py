@@ -107,8 +107,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
     backend = make_backend(Path(tempfile.mkdtemp(prefix="hsb-readme-", dir="/tmp")), image_size="4G")
     where = tmp_path_factory.mktemp("readme")
     env = {**os.environ, "HERMES_SANDBOXES_HOME": str(backend.home), "HERMES_SANDBOXES_STATE": str(where / "state"),
-           "HERMES_SANDBOXES_CONFIG": str(where / "absent.toml"), "PATH": f"{SCRIPT.parent}:{os.environ['PATH']}"}
+           "XDG_CONFIG_HOME": str(where / "config"), "PATH": f"{SCRIPT.parent}:{os.environ['PATH']}"}
     env.pop("HERMES_SANDBOXES_BACKEND", None)
+    env.pop("HERMES_SANDBOXES_CONFIG", None)  # the default path, absent as on a new machine
     try:
         yield env, backend
     finally:

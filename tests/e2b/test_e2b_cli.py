@@ -18,6 +18,7 @@ from tests.fakes.e2b import API_KEY, FakeE2B
 
 @pytest.fixture
 def env(fake: FakeE2B, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "absent.toml").write_text("")  # no settings (a named config file must exist)
     return {"E2B_API_KEY": API_KEY, "E2B_API_URL": fake.url, "E2B_SANDBOX_URL": fake.url,
             "HERMES_SANDBOXES_BACKEND": "e2b", "HERMES_SANDBOXES_STATE": str(tmp_path / "state"),
             "HERMES_SANDBOXES_CONFIG": str(tmp_path / "absent.toml"), "HOME": str(tmp_path)}

@@ -30,7 +30,7 @@ def _status_full(hermes: HermesHarness) -> str:
 
 
 @pytest.mark.parametrize(("settings_yaml", "key", "reason"), [
-    ("name_prefix: 123", "settings.name_prefix", "YAML read 123 as int"),
+    ("name_prefix: 123", "settings.name_prefix", "123 was read as a number"),
     ("scope: sesion", "settings.scope", "'sesion' is not a scope"),
     ("memory: 2048", "settings.memory", "expected a size with a unit"),
     ("netwrok: host", "settings.netwrok", "unknown setting"),

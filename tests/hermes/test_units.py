@@ -64,7 +64,7 @@ def test_instance_scope_collapses_every_task_and_the_prefix_is_enforced() -> Non
 
 
 @pytest.mark.parametrize(("raw", "key", "reason"), [
-    ({"name_prefix": 7}, "name_prefix", "YAML read 7 as int"),
+    ({"name_prefix": 7}, "name_prefix", "7 was read as a number"),
     ({"name_prefix": True}, "name_prefix", "as a boolean"),
     ({"name_prefix": "Bad_Prefix"}, "name_prefix", "lowercase letters"),
     ({"name_prefix": "a" * 41}, "name_prefix", "at most 40"),

@@ -1,12 +1,12 @@
 """The ``hermes-sandboxes`` command-line tool (entry point ``hermes_sandboxes.cli:main``).
 
-``main`` first offers an ``exec`` to this user's warm exec server (fastpath/warm.py: a client of a few
-built-in modules; the server keeps the fast path imported and forks a worker per call), then to the
-fast path in-process (fastpath/inprocess.py: ``exec`` with the standard library, the contract and the recorder
-only), and ``mcp`` to the MCP server without click (fastpath/mcp.py: its client waits for the first
-answer); anything else goes to the click application, imported only then. All of it happens inside a
-Ctrl-C guard: an interrupt while Python is still importing ends the command quietly (exit 130), not
-with a traceback.
+``main`` answers ``--version`` itself, then offers the call to this user's warm server
+(fastpath/warm.py: a client of a few built-in modules; the server keeps the CLI imported and forks
+a worker per call), then to the fast path in-process (fastpath/inprocess.py: ``exec`` with the
+standard library, the contract and the recorder only), and ``mcp`` to the MCP server without click
+(fastpath/mcp.py: its client waits for the first answer); anything else goes to the click
+application, imported only then. All of it happens inside a Ctrl-C guard: an interrupt while Python
+is still importing ends the command quietly (exit 130), not with a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     try:
+        if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+            from hermes_sandboxes import __version__
+
+            sys.stdout.write(f"hermes-sandboxes, version {__version__}\n")  # (as click says it)
+            sys.exit(0)
         if argv is None and sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
             # (only as a command: a program that calls main() with its own streams keeps them)
             from hermes_sandboxes.cli.fastpath.warm import run

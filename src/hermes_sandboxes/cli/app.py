@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
+from hermes_sandboxes import __version__
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.commands import apparmor, checkpoints, mcp, network, sandboxes, store
 from hermes_sandboxes.cli.config import parse_overrides
@@ -79,17 +80,18 @@ def _usage_hint(exc: click.ClickException) -> str:
 
 @click.group(cls=CliGroup, no_args_is_help=True,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--backend", "-b", metavar="NAME", envvar="HERMES_SANDBOXES_BACKEND",
+@click.option("--backend", "-b", metavar="NAME",  # ($HERMES_SANDBOXES_BACKEND: read by config.py, to name it)
               help="Where sandboxes live: local (default), sprites or e2b ($HERMES_SANDBOXES_BACKEND; "
                    "else 'backend' in the config file).")
-@click.option("--config", "config_path", metavar="FILE", envvar="HERMES_SANDBOXES_CONFIG",
-              help="Settings file (TOML; default ~/.config/hermes-sandboxes/config.toml).")
+@click.option("--config", "config_path", metavar="FILE",
+              help="Settings file (TOML; else $HERMES_SANDBOXES_CONFIG, else ~/.config/hermes-sandboxes/"
+                   "config.toml, the only one that may be missing).")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="Override one of the backend's settings (repeatable), e.g. -o network=loopback.")
 @click.option("--home", type=click.Path(file_okay=False),
               help="Local backend: where sandboxes live (setting 'home'; default $HERMES_SANDBOXES_HOME "
                    "or /var/lib/hermes-sandboxes).")
-@click.version_option(package_name="hermes-sandboxes")
+@click.version_option(version=__version__, prog_name="hermes-sandboxes")
 @click.pass_context
 def cli(ctx: click.Context, backend: str | None, config_path: str | None, options: tuple[str, ...],
         home: str | None) -> None:
@@ -102,9 +104,10 @@ def cli(ctx: click.Context, backend: str | None, config_path: str | None, option
     (124: timed out), or 125 when the sandbox itself failed.
     """
     overrides = parse_overrides(options)
+    labels = {}
     if home is not None:
-        overrides["home"] = home
-    ctx.obj = Workspace(backend, config_path, overrides)
+        overrides["home"], labels["home"] = home, "--home"
+    ctx.obj = Workspace(backend, config_path, overrides, labels)
     ctx.obj.on_collect = lambda name: Ui().note(f"collected {name}, left behind by a run that was killed")
     ctx.call_on_close(ctx.obj.close)
 
@@ -118,32 +121,20 @@ def demo(workspace: Workspace) -> int:
     return run_demo(workspace.backend, Ui(), workspace.state)
 
 
-@cli.command(name="config", short_help="The effective backend and settings.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@cli.command(name="config", short_help="The effective backend and settings, and where each came from.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (sizes in bytes).")
 @click.pass_obj
 def show_config(workspace: Workspace, as_json: bool) -> None:
     """The chosen backend and its effective settings (flags over the config file over defaults),
-    secrets redacted."""
-    ui = Ui()
+    each with where its value came from; secrets redacted."""
+    from hermes_sandboxes.cli.settings_view import rows, view
+
     effective = workspace.effective
-    found = "" if effective.file_found else " (not found: defaults apply)"
-    data = {"backend": effective.backend, "config_file": str(effective.path), "config_file_found":
-            effective.file_found, "state_dir": str(workspace.state.root), "settings": effective.settings.display()}
+    data = view(effective, workspace.state.root)
     if as_json:
-        ui.json(data)
+        Ui().json(data)
         return
-    ui.table(["SETTING", "VALUE"],
-             [["backend", effective.backend], ["config file", f"{effective.path}{found}"],
-              ["state directory", str(workspace.state.root)],
-              *([key, _text(value)] for key, value in effective.settings.display().items() if key != "backend")])
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value) or "-"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-    return "-" if value is None else str(value)
+    Ui().table(["SETTING", "VALUE", "SOURCE"], rows(effective, data))
 
 
 for command in sandboxes.COMMANDS:

@@ -1,7 +1,9 @@
 """The CLI's configuration file and how flags, the file and defaults combine.
 
 The file is TOML, at ``--config PATH``, else ``$HERMES_SANDBOXES_CONFIG``, else
-``$XDG_CONFIG_HOME/hermes-sandboxes/config.toml`` (``~/.config/...``); a missing file is fine::
+``$XDG_CONFIG_HOME/hermes-sandboxes/config.toml`` (``~/.config/...``); only that default may be
+missing (a file named by flag or variable that does not exist is an error: a typo would otherwise
+quietly change the network, the limits and the store)::
 
     backend = "local"            # the default backend (--backend and $HERMES_SANDBOXES_BACKEND win)
 
@@ -16,7 +18,8 @@ The file is TOML, at ``--config PATH``, else ``$HERMES_SANDBOXES_CONFIG``, else
 Precedence: flags (``--backend``, ``-o KEY=VALUE``, the command's own options) over the file, the
 file over defaults. Values given with ``-o`` are read as YAML scalars (``retention=5`` is a number,
 ``network=loopback`` text). Every setting is validated by the backend's settings model: a bad value
-is one error naming ``<file>: [<backend>].<key>`` and why.
+is one error naming where the value was written (``-o network=wifi``, ``--home DIR``,
+``$HERMES_SANDBOXES_BACKEND=x``, ``<file>: [<backend>].<key>``) and why.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,33 +39,54 @@ CONFIG_ENV = "HERMES_SANDBOXES_CONFIG"
 BACKEND_ENV = "HERMES_SANDBOXES_BACKEND"
 
 
+DEFAULT_SOURCE = "default"
+
+
 def default_config_path() -> Path:
-    explicit = os.environ.get(CONFIG_ENV)
-    if explicit:
-        return Path(explicit)
+    return config_file(None)[0]
+
+
+def config_file(explicit: str | os.PathLike[str] | None) -> tuple[Path, str | None]:
+    """The config file and what named it (``--config`` or the variable; None: the default path,
+    the only one that may be missing)."""
+    if explicit is not None:
+        return Path(explicit), "--config"
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return Path(named), f"${CONFIG_ENV}="
     xdg = os.environ.get("XDG_CONFIG_HOME")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".config"
-    return base / "hermes-sandboxes" / "config.toml"
+    return base / "hermes-sandboxes" / "config.toml", None
 
 
 @dataclass(frozen=True)
 class Effective:
-    """The chosen backend, its validated settings, and the file they came from (if any)."""
+    """The chosen backend, its validated settings, the file they came from (if any), and where
+    each setting's value came from (``sources``: key -> "-o network", "--home", "<file> [local]",
+    "$HERMES_SANDBOXES_HOME" or "default"; ``backend_source`` likewise)."""
 
     backend: str
     settings: BackendSettings
     path: Path
     file_found: bool
+    sources: Mapping[str, str] = field(default_factory=dict)
+    backend_source: str = DEFAULT_SOURCE
 
 
-def read_file(path: Path) -> dict[str, Any]:
+def read_file(path: Path, named_by: str | None = None) -> dict[str, Any]:
+    """The file's tables; a missing file is empty only when nobody named it."""
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except FileNotFoundError:
-        return {}
+        if named_by is None:
+            return {}
+        where = f"{named_by}{'' if named_by.endswith('=') else ' '}{path}"
+        raise InvalidSettings(where, "no such file (only the default config file may be missing)") from None
+    except IsADirectoryError:
+        raise InvalidSettings(str(path), "is a directory, not a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidSettings(str(path), f"cannot be parsed: {exc}") from None
+        raise InvalidSettings(str(path), f"cannot be parsed as TOML: {exc}") from None
     except OSError as exc:
         raise InvalidSettings(str(path), f"cannot be read ({exc.strerror})") from None
     return data
@@ -84,18 +108,48 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def load(backend: str | None, path: str | os.PathLike[str] | None = None,
-         overrides: Mapping[str, Any] | None = None) -> Effective:
-    """The effective backend and settings: ``overrides`` over the file over defaults."""
-    config_path = Path(path) if path is not None else default_config_path()
-    data = read_file(config_path)
-    chosen = backend or data.get("backend") or backends.DEFAULT_BACKEND
+def _backend_choice(flag: str | None, data: Mapping[str, Any], path: Path) -> tuple[str, str]:
+    """The backend's name and what chose it: --backend, the variable, the file, or the default."""
+    if flag:
+        chosen, source = flag, "--backend"
+    elif os.environ.get(BACKEND_ENV):
+        chosen = os.environ[BACKEND_ENV]
+        source = f"${BACKEND_ENV}={chosen}"
+    elif "backend" in data:
+        chosen, source = data["backend"], f"{path}: backend"
+    else:
+        return backends.DEFAULT_BACKEND, DEFAULT_SOURCE
     if not isinstance(chosen, str):
-        raise InvalidSettings(f"{config_path}: backend", f"expected a backend name, got {chosen!r}")
-    backends.entry(chosen)  # unknown name: one line listing the known ones
+        raise InvalidSettings(source, f"expected a backend name in quotes, got {chosen!r}")
+    try:
+        backends.entry(chosen)
+    except InvalidInput as exc:  # unknown: one line listing the known ones, naming where it was written
+        raise InvalidSettings(source, str(exc)) from None
+    return chosen, source
+
+
+def load(backend: str | None, path: str | os.PathLike[str] | None = None,
+         overrides: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None) -> Effective:
+    """The effective backend and settings: ``overrides`` over the file over defaults. ``labels``
+    names where each override came from (default ``-o KEY``), for errors and ``config``."""
+    config_path, named_by = config_file(path)
+    data = read_file(config_path, named_by)
+    chosen, backend_source = _backend_choice(backend, data, config_path)
     table = data.get(chosen) or {}
     if not isinstance(table, Mapping):
         raise InvalidSettings(f"{config_path}: [{chosen}]", "expected a table of settings")
-    merged = {**table, **(overrides or {})}
-    settings = backends.validate(chosen, merged, where=f"{config_path}: [{chosen}]")
-    return Effective(chosen, settings, config_path, config_path.exists())
+    given = {k: v for k, v in (overrides or {}).items()}
+    sources = {key: f"{config_path} [{chosen}]" for key in table}
+    sources.update({key: (labels or {}).get(key, f"-o {key}") for key in given})
+    try:
+        settings = backends.validate(chosen, {**table, **given}, where="")
+    except InvalidSettings as exc:
+        key = exc.key.removeprefix(".")
+        top = key.split(".", 1)[0]
+        if top in given:
+            label = (labels or {}).get(top, f"-o {top}")
+            value = given[top]
+            where = f"{label}={value}" if label.startswith("-o") else f"{label} {value}"
+            raise InvalidSettings(where, exc.reason) from None
+        raise InvalidSettings(f"{config_path}: [{chosen}].{key}", exc.reason) from None
+    return Effective(chosen, settings, config_path, config_path.exists(), sources, backend_source)

@@ -21,7 +21,7 @@ from hermes_sandboxes.hermes.sync import restores
 from hermes_sandboxes.names import unique_name, validate_name
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.journal import Journal
-from hermes_sandboxes.recorder.options import Checkpointing, Health
+from hermes_sandboxes.recorder.options import DEFAULT_MIN_AGE, DEFAULT_RETENTION, Checkpointing, Health, Retention
 from hermes_sandboxes.recorder.sandbox import RecordedExec, RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import (
@@ -49,6 +49,11 @@ _RECORDER_POLICY: dict[str, CheckpointPolicy] = {"auto": "risky", "always": "alw
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CRED|AUTH", re.IGNORECASE)
 
 
+def cli_policy(setting: object) -> CliPolicy:
+    """The ``--checkpoint`` value the ``auto_checkpoint`` setting means (its default: auto)."""
+    return {"risky": "auto", "always": "always", "off": "off"}.get(str(setting), "auto")  # type: ignore[return-value]
+
+
 def recorder_policy(policy: CliPolicy) -> CheckpointPolicy:
     if policy not in CLI_POLICIES:
         raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
@@ -59,28 +64,34 @@ class Workspace:
     """The backend for one invocation, built on first use so ``--help`` never touches a store."""
 
     def __init__(self, backend: str | None = None, config_path: str | None = None,
-                 overrides: Mapping[str, Any] | None = None, *, state: HostState | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None, *,
+                 state: HostState | None = None) -> None:
         self._backend_name = backend
         self._config_path = config_path
         self._overrides: dict[str, Any] = dict(overrides or {})
+        self._labels: dict[str, str] = dict(labels or {})  # where each override came from: "--home"...
         self._effective: config.Effective | None = None
+        self._values: dict[str, Any] | None = None  # the effective settings as plain values
         self._backend: Backend | None = None
         self.state = state if state is not None else HostState(durable=False)
         self.collect_orphans = True  # the first use of the backend collects dead runs' sandboxes
         self.on_collect: Callable[[str], None] | None = None
 
-    def override(self, **settings: Any) -> None:
-        """Command options that are backend settings (``--base``, ``--mask``); before first use."""
+    def override(self, labels: Mapping[str, str], **settings: Any) -> None:
+        """Command options that are backend settings (``--base``, ``--mask``, named by ``labels``);
+        before first use."""
         if self._effective is not None:
             raise RuntimeError("settings were already read")
-        self._overrides.update({k: v for k, v in settings.items() if v not in (None, (), [])})
+        given = {k: v for k, v in settings.items() if v not in (None, (), [])}
+        self._overrides.update(given)
+        self._labels.update({k: labels[k] for k in given if k in labels})
 
     @property
     def effective(self) -> config.Effective:
         if self._effective is None:
             from hermes_sandboxes.cli import config
 
-            self._effective = config.load(self._backend_name, self._config_path, self._overrides)
+            self._effective = config.load(self._backend_name, self._config_path, self._overrides, self._labels)
             if backends.entry(self._effective.backend).from_values is not None:
                 # only backends that can be built from plain values, which hold no secret (the
                 # cloud backends' settings may carry a token: never written to disk)
@@ -99,8 +110,20 @@ class Workspace:
         built = backends.build_from_values(*hit, context=self.build_context())
         if built is None:
             return False
+        self._values = hit[1]
         self.use(built)
         return True
+
+    @property
+    def values(self) -> Mapping[str, Any]:
+        """The effective settings as plain values (from the settings cache on the fast path)."""
+        if self._values is None:
+            self._values = self.effective.settings.model_dump(mode="json")
+        return self._values
+
+    def default_policy(self) -> CliPolicy:
+        """``exec``'s ``--checkpoint`` when it is not given: what ``auto_checkpoint`` says."""
+        return cli_policy(self.values.get("auto_checkpoint"))
 
     @property
     def backend(self) -> Backend:
@@ -189,7 +212,7 @@ class Workspace:
 
     def session(self, sandbox: Sandbox, *, policy: CliPolicy = "off",
                 secrets: Mapping[str, str] | None = None) -> Session:
-        return Session(sandbox, self.state, policy=policy, secrets=secrets)
+        return Session(sandbox, self.state, policy=policy, secrets=secrets, settings=self.values)
 
     def audit(self) -> Journal:
         return self.state.audit(self.backend)
@@ -202,7 +225,7 @@ class Session:
     """One sandbox through the recorder. ``recorded`` is there for what needs no wrapper here."""
 
     def __init__(self, sandbox: Sandbox, state: HostState, *, policy: CliPolicy = "off",
-                 secrets: Mapping[str, str] | None = None) -> None:
+                 secrets: Mapping[str, str] | None = None, settings: Mapping[str, Any] | None = None) -> None:
         if policy not in CLI_POLICIES:
             raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
         self.sandbox = sandbox
@@ -211,8 +234,8 @@ class Session:
         # the hooks of a sandbox Hermes may use: a restore from here is noted for its sessions, and
         # its housekeeping is recorded as such (hermes/sync/restores.py)
         self.recorded = state.recorded(sandbox, redact=Redactor(kept).redact if kept else None,
-                                       checkpointing=Checkpointing(_RECORDER_POLICY[policy]),
-                                       hooks=restores.hooks(state.root))
+                                       hooks=restores.hooks(state.root),
+                                       **recorder_options(_RECORDER_POLICY[policy], settings or {}))
 
     @property
     def name(self) -> str:
@@ -275,6 +298,15 @@ class Session:
             for path in (journal, *(journal.with_name(journal.name + end) for end in sidecars)):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+
+
+def recorder_options(policy: CheckpointPolicy, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorder's options from the effective settings values (absent keys: its defaults)."""
+    retention = Retention(keep=settings.get("retention", DEFAULT_RETENTION),
+                          min_age=settings.get("retention_min_age", DEFAULT_MIN_AGE),
+                          budget=settings.get("retention_bytes"))
+    return {"checkpointing": Checkpointing(policy, tuple(settings.get("protected_paths") or ())),
+            "retention": retention, "health": Health(settings.get("health_command"))}
 
 
 def _secret_values(env: Mapping[str, str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hermes_sandboxes.backends.local import cgroups, paths, userns
+from hermes_sandboxes.backends.local.paths import base_problem
 from hermes_sandboxes.backends.local.sandbox import LocalSandbox
 from hermes_sandboxes.errors import (
     BackendUnavailable,
@@ -540,9 +541,12 @@ def _validate_base(base: str | None) -> str | None:
     if base is None:
         return None
     path = Path(base)
-    if not path.is_absolute() or not (path / "bin").exists():
+    if not path.is_absolute():
         raise InvalidInput(f"base {base!r} must be an absolute path to a root filesystem "
                            "(a directory with bin/, usr/, etc/)")
+    problem = base_problem(base)
+    if problem is not None:
+        raise InvalidInput(f"base: {problem}")
     return str(path)
 
 

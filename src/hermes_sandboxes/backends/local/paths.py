@@ -162,3 +162,16 @@ def process_start_time(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def base_problem(base: str) -> str | None:
+    """Why ``base`` (an absolute path) cannot be a root filesystem to build on, or None."""
+    path = Path(base)
+    what = "a root filesystem directory (with bin/, usr/, etc/)"
+    if not path.exists():
+        return f"{base!r} does not exist; expected {what}"
+    if not path.is_dir():
+        return f"{base!r} is not a directory; expected {what}"
+    if not (path / "bin").exists():
+        return f"{base!r} has no bin/: it is not {what}"
+    return None

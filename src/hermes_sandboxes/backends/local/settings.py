@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hermes_sandboxes.backends.local.paths import base_problem
 from hermes_sandboxes.egress.broker import DEFAULT_HEADERS, BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.settings import SpecSettings, _absolute_path, _absolute_paths
@@ -64,10 +65,19 @@ class LocalSettings(SpecSettings):
     def brokered_credentials(self) -> tuple[BrokeredCredential, ...]:
         return _credentials(self.brokered)
 
-    @field_validator("base", "home", mode="before")
+    @field_validator("home", mode="before")
     @classmethod
     def _directory(cls, value: object) -> str:
         return _absolute_path(value, "an absolute directory path")
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _base(cls, value: object) -> str:
+        text = _absolute_path(value, "an absolute directory path")
+        problem = base_problem(text)
+        if problem is not None:
+            raise ValueError(problem)
+        return text
 
     @field_validator("cpus", mode="after")
     @classmethod

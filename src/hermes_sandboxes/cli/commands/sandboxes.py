@@ -91,7 +91,7 @@ def build_spec(workspace: Workspace, network: str | None, allow: tuple[str, ...]
         idle = parse_duration(idle_timeout) if idle_timeout is not None else None
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="'--idle-timeout'") from None
-    workspace.override(base=base, masks=list(masks))
+    workspace.override({"base": "--base", "masks": "--mask"}, base=base, masks=list(masks))
     default = workspace.effective.settings.spec()
     limits = default.limits
     return replace(
@@ -165,13 +165,13 @@ def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> 
 @click.command(name="exec", short_help="Run a command in a sandbox.")
 @click.argument("name")
 @command_options
-@click.option("--checkpoint", "policy", type=click.Choice(CLI_POLICIES), default="auto", show_default=True,
+@click.option("--checkpoint", "policy", type=click.Choice(CLI_POLICIES), default=None,
               help="Checkpoint first: auto = before risky commands (rm -rf, git reset --hard, ...), "
-                   "always, or off.")
+                   "always, or off (default: the setting auto_checkpoint, risky = auto).")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_obj
 def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str, ...],
-          interactive: bool, timeout: float | None, policy: CliPolicy, command: tuple[str, ...]) -> int:
+          interactive: bool, timeout: float | None, policy: CliPolicy | None, command: tuple[str, ...]) -> int:
     """Run a command in NAME, streaming its output (and stdin, when it is not a terminal);
     exits with its exit code.
 
@@ -184,6 +184,7 @@ def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str
     cmd, env = to_command(command), parse_env(env_pairs)
     check_cwd(cwd)
     workspace.backend  # noqa: B018 - settings and backend errors are ours (exit 1), not the sandbox's
+    policy = policy or workspace.default_policy()
     with _exit_125_on_error():
         session = workspace.session(workspace.sandbox(name), policy=policy, secrets=env)
         try:

@@ -26,7 +26,7 @@ class _Exec:
     env: dict[str, str] = field(default_factory=dict)
     interactive: bool = False
     timeout: float | None = None
-    policy: str = "auto"
+    policy: str | None = None  # None: the setting auto_checkpoint
     command: list[str] = field(default_factory=list)
 
 
@@ -144,11 +144,12 @@ def _run(job: _Exec) -> int | None:
     except SandboxError as exc:  # the backend, not the sandbox: as the full CLI, exit 1
         error(str(exc))
         return 1
+    policy = job.policy or workspace.default_policy()
     try:
-        session = workspace.session(workspace.sandbox(job.name), policy=job.policy,  # type: ignore[arg-type]
+        session = workspace.session(workspace.sandbox(job.name), policy=policy,  # type: ignore[arg-type]
                                     secrets=job.env)
         try:
-            outcome = run_command(session, command, policy=job.policy, cwd=job.cwd,  # type: ignore[arg-type]
+            outcome = run_command(session, command, policy=policy, cwd=job.cwd,  # type: ignore[arg-type]
                                   env=job.env, timeout=job.timeout, stdin=stdin_for(job.interactive),
                                   announce=announcer(note, job.name))
         finally:

@@ -1,11 +1,12 @@
-"""The warm exec server: one process per user and key that keeps the ``exec`` path imported and
-forks a worker (worker.py) per call, the zygote pattern (as dmypy or nailgun do).
+"""The warm server: one process per user and key that keeps the CLI imported (the ``exec`` fast
+path and the click application) and forks a worker (worker.py) per call, the zygote pattern (as
+dmypy or nailgun do).
 
 Started in the background by a client that found no server (warm.py), in its own session, on
 /dev/null, with no inherited descriptor, in ``/``. It exits at once if another server holds the
 key's lock (two clients that start one at the same moment leave one server), and otherwise:
 
-- imports the modules an ``exec`` runs with (``PRELOAD``) and remembers the size and mtime of
+- imports the modules the commands run with (``PRELOAD``), runs ``WARM_UP`` and remembers the size and mtime of
   every module file of the package it loaded, and of the interpreter;
 - listens on ``<runtime dir>/<key>.sock`` and writes its pid to ``<key>.pid``;
 - per connection: the peer must be our own uid (SO_PEERCRED); it hands the connection to its spare
@@ -49,7 +50,17 @@ PRELOAD = (
     "hermes_sandboxes.cli.fastpath.inprocess", "hermes_sandboxes.cli.signals", "hermes_sandboxes.cli.running",
     "hermes_sandboxes.cli.session", "hermes_sandboxes.cli.text", "hermes_sandboxes.cli.fastpath.worker",
     "hermes_sandboxes.backends.local.factory", "hermes_sandboxes.backends.local.launcher", "encodings.ascii",
+    # every other command: the click application with what its commands import when they run
+    "hermes_sandboxes.cli.app", "hermes_sandboxes.cli.config", "hermes_sandboxes.cli.settings_view",
+    "hermes_sandboxes.backends.local.settings",
+    "yaml", "rich.status", "rich.live", "rich.spinner", "click._textwrap", "glob", "ctypes.util",
+    "hermes_sandboxes.backends.local.store.base", "hermes_sandboxes.backends.local.hiding",
+    "hermes_sandboxes.backends.local.guest.masks", "hermes_sandboxes.backends.local.guest.forwarder",
+    "hermes_sandboxes.backends.local.egress", "hermes_sandboxes.hermes.sync.leases",
 )
+# pure computations whose result every worker would otherwise redo (cached by the function): the
+# local sandbox's seccomp program (importing libseccomp and compiling it cost ~140 ms per `run`)
+WARM_UP = ("hermes_sandboxes.backends.local.syscall_filter:compiled",)
 _CHECK_S = 30.0  # how often an otherwise idle loop checks that its socket is still its own
 SPARE_AFTER_S = 0.05  # a spare worker is forked once the server had nothing to do for this long
 
@@ -66,7 +77,20 @@ def main(key: str) -> None:
         return
     for module in PRELOAD:
         importlib.import_module(module)
+    warm_up()
     Server(where, key, stamped, lock).serve()
+
+
+def warm_up() -> None:
+    """Run ``WARM_UP`` (a failure is the worker's to report, as in-process), leaving no trace of
+    this process's environment behind: tempfile remembers the temporary directory it chose."""
+    import tempfile
+
+    for target in WARM_UP:
+        module, _, function = target.partition(":")
+        with contextlib.suppress(Exception):
+            getattr(importlib.import_module(module), function)()
+    tempfile.tempdir = None  # (each worker chooses again, from its client's environment)
 
 
 def _lock(path: str) -> int | None:

@@ -1,7 +1,9 @@
-"""The warm path's client: hand an ``exec`` to this user's warm exec server and wait for its code.
+"""The warm path's client: hand a CLI call to this user's warm server and wait for its code.
 
-A CLI ``exec`` imports ~60 modules before it can run a command; scripts and agents pay that per
-command. So a per-user server (server.py) keeps them imported and forks one worker per call:
+A CLI ``exec`` imports ~60 modules before it can run a command (``ls`` or ``checkpoint list`` a few
+hundred: click, rich, the settings models); scripts and agents pay that per call. So a per-user
+server (server.py) keeps them imported and forks one worker per call (every command but ``shell``,
+which owns the terminal):
 this client only connects, sends one request (argv, the environment as bytes, the umask, the
 signals we ignore, ``sys.path``) with our stdin, stdout, stderr and working directory as file
 descriptors, and reads back the worker's pid, then its exit code. The worker is the CLI for that
@@ -9,7 +11,7 @@ call: it writes to our descriptors itself, and records the command as the CLI in
 
 - Only the interpreter's built-in and C modules are imported here (no json, pathlib, threading,
   signal or enum): this module is all that a warm call pays for beyond a bare ``python``.
-- ``run()`` returns None whenever the command should run in-process instead: not an ``exec``,
+- ``run()`` returns None whenever the command should run in-process instead: ``shell``,
   ``HERMES_SANDBOXES_WARM=0``, no safe runtime directory, no server (then one is started in the
   background for the next calls), or a server that did nothing (it was stale, it did not know the
   invocation, it did not answer within ``ANSWER_DEADLINE_S``). Nothing has run then.
@@ -121,14 +123,30 @@ def runtime_dir(create: bool = False) -> str | None:
     return where if private else None
 
 
-def _looks_like_exec(args: list[str]) -> bool:
-    """Cheap: the worker's parser decides (and answers 'fall back' for what it does not know)."""
-    return "exec" in args and "--" in args and os.environ.get(SWITCH, "1") != "0"
+# the global options that take a value (the command is the first other word)
+_GLOBAL_VALUES = ("--backend", "-b", "--config", "--option", "-o", "--home")
+IN_PROCESS_ONLY = ("shell",)  # it owns the terminal: raw mode, window size, job control
+
+
+def command_of(args: list[str]) -> str | None:
+    """The subcommand ``args`` name (None: none, e.g. ``--help``), as cheaply as it can be known."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-"):
+            return None if arg == "--" else arg
+        i += 2 if arg in _GLOBAL_VALUES else 1
+    return None
+
+
+def served_warm(args: list[str]) -> bool:
+    """Whether the server may run ``args`` (every command but those that own the terminal)."""
+    return os.environ.get(SWITCH, "1") != "0" and command_of(args) not in IN_PROCESS_ONLY
 
 
 def run(args: list[str]) -> int | None:
     """The exit code of ``args`` run by the warm server, or None: run it in-process."""
-    if not _looks_like_exec(args):
+    if not served_warm(args):
         return None
     for fd in (0, 1, 2):
         try:

@@ -9,9 +9,9 @@ it takes on everything a fresh interpreter would have had: the descriptors on 0,
 working directory, umask, environment (and time zone), argv, ``sys.path``, the ignored signals, and
 ``sys.stdin``/``stdout``/``stderr`` built over the new descriptors as the interpreter builds them
 (same encoding and errors, line buffering on a terminal and for stderr). It runs
-``fast.try_exec`` as the CLI's ``main`` would, ends as the interpreter ends (non-daemon threads,
-atexit, the final flush: 120 when stdout cannot be flushed), and answers the exit code, or 'fall
-back' when the fast path declined before doing anything.
+``fast.try_exec`` as the CLI's ``main`` would, and the click application when that declines; ends as
+the interpreter ends (non-daemon threads, atexit, the final flush: 120 when stdout cannot be
+flushed), and answers the exit code, or 'fall back' for what must run in-process (``shell``).
 
 While the command runs, a thread watches the connection: if it closes, the client is gone (kill
 -9), and the worker's main thread gets a real SIGHUP, so the command is stopped and recorded as
@@ -34,6 +34,7 @@ import threading
 import time
 
 from hermes_sandboxes.cli import signals
+from hermes_sandboxes.cli.fastpath import warm
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -185,7 +186,13 @@ def _run(args: list[str]) -> int | None:
     from hermes_sandboxes.cli.text import error
 
     try:
-        return fast.try_exec(args)
+        code = fast.try_exec(args)
+        if code is not None or not warm.served_warm(args):
+            return code
+        from hermes_sandboxes.cli.app import cli
+
+        cli.main(args=args, prog_name="hermes-sandboxes")  # (it ends in SystemExit with the code)
+        return 0
     except KeyboardInterrupt as exc:
         name = signals.name(exc)
         error("interrupted" if name == "SIGINT" else f"interrupted by {name}")
