@@ -46,6 +46,7 @@ from hermes_sandboxes.recorder.records import (
     EgressRecord,
     ExecRecord,
     ExecStartRecord,
+    ForkRecord,
     HealthCheck,
     Intent,
     Record,
@@ -75,7 +76,7 @@ __all__ = [
     "DELETE_REASONS", "MAX_FIELD_CHARS", "MAX_OUTPUT_TAIL_CHARS", "SCHEMA_VERSION", "TRIGGERS",
     "AbandonedRecord", "AllowRecord", "CheckpointDeleteRecord", "CheckpointNamedRecord", "CheckpointRecord",
     "CheckpointStartRecord", "CreateRecord", "DestroyRecord", "EgressRecord", "ExecRecord",
-    "ExecStartRecord", "HealthCheck", "Intent", "Journal", "Record", "RecordBase", "RedactFn",
+    "ExecStartRecord", "ForkRecord", "HealthCheck", "Intent", "Journal", "Record", "RecordBase", "RedactFn",
     "RestoreRecord", "RestoreStartRecord", "StopRecord", "command_text", "parse_record", "utf8_safe",
     "validate_trigger",
 ]

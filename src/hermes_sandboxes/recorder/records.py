@@ -98,6 +98,23 @@ class CreateRecord(RecordBase):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForkRecord(RecordBase):
+    """The source's side of a fork: ``to`` was made from its ``checkpoint`` (None: as it was then)."""
+
+    TYPE: ClassVar[str] = "fork"
+    to: str
+    checkpoint: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"to": self.to, "checkpoint": self.checkpoint}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ForkRecord:
+        return cls(sandbox=d["sandbox"], ts=d["ts"], to=_get(d, "to", str),
+                   checkpoint=_get(d, "checkpoint", str, optional=True))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExecRecord(RecordBase):
     """A command and how it ended. ``exit_code`` is None when it could not run or its end is unknown
     (see ``error``). ``id`` names the ``ExecStartRecord`` written ahead of it."""
@@ -472,12 +489,12 @@ class AllowRecord(RecordBase):
 
 Record = (CreateRecord | ExecRecord | ExecStartRecord | CheckpointRecord | RestoreRecord | CheckpointDeleteRecord
           | CheckpointNamedRecord | DestroyRecord | EgressRecord | AllowRecord | RestoreStartRecord
-          | CheckpointStartRecord | AbandonedRecord | StopRecord)
+          | CheckpointStartRecord | AbandonedRecord | StopRecord | ForkRecord)
 _KINDS: dict[str, Callable[[Mapping[str, Any]], Record]] = {
     kind.TYPE: kind.from_dict
     for kind in (CreateRecord, ExecRecord, ExecStartRecord, CheckpointRecord, RestoreRecord, CheckpointDeleteRecord,
                  CheckpointNamedRecord, DestroyRecord, EgressRecord, AllowRecord, RestoreStartRecord,
-                 CheckpointStartRecord, AbandonedRecord, StopRecord)
+                 CheckpointStartRecord, AbandonedRecord, StopRecord, ForkRecord)
 }
 
 

@@ -70,6 +70,7 @@ from hermes_sandboxes.recorder.records import (
     DestroyRecord,
     ExecRecord,
     ExecStartRecord,
+    ForkRecord,
     HealthCheck,
     Intent,
     Record,
@@ -267,6 +268,10 @@ class RecordedSandbox:
         """Note that the sandbox was just created (a new life for its name: older stories end)."""
         self._record(CreateRecord(sandbox=self.name, backend=self._inner.backend.name,
                                   ephemeral=self._inner.ephemeral, forked_from=forked_from))
+
+    def record_fork(self, to: str, checkpoint: str | None = None) -> None:
+        """Note, in this (the source's) trail, that sandbox ``to`` was forked from it."""
+        self._record(ForkRecord(sandbox=self.name, to=to, checkpoint=checkpoint))
 
     # -- commands -------------------------------------------------------------------------------
 

@@ -130,11 +130,15 @@ def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
 
     reason = backend.unavailable_reason()
     if reason is None or (backend.rootless and reason == NO_BASE):  # the store is there: say what it is
-        try:
-            store = backend.describable_store()
-            checks.append(DoctorCheck(True, "sandbox store", f"{store.kind} at {store.root}: {store.description}"))
-            checks.append(_disk_limit_check(store.kind) if not store.rootless else _rootless_disk_check(store))
-            if store.rootless and not backend.base:
+        try:  # read-only: a store not made yet is described, never created (nor mounted)
+            planned = backend.store_preview()
+            if planned is not None:
+                checks.append(DoctorCheck(True, "sandbox store", planned))
+            else:
+                store = backend.describable_store()
+                checks.append(DoctorCheck(True, "sandbox store", f"{store.kind} at {store.root}: {store.description}"))
+                checks.append(_disk_limit_check(store.kind) if not store.rootless else _rootless_disk_check(store))
+            if backend.rootless and not backend.base:
                 checks.append(_rootless_base_check())  # the one failure when it is missing, with its fix
         except Exception as exc:  # doctor reports, it never raises
             checks.append(DoctorCheck(False, "sandbox store", str(exc)))

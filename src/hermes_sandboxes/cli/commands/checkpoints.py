@@ -41,6 +41,7 @@ from hermes_sandboxes.recorder.journal import (
     DestroyRecord,
     EgressRecord,
     ExecRecord,
+    ForkRecord,
     Record,
     RestoreRecord,
     RestoreStartRecord,
@@ -376,12 +377,13 @@ def log(workspace: Workspace, name: str, show_all: bool, as_json: bool) -> None:
     if not records:
         ui.note(f"no recorded history for {name} yet")
         return
-    rows = [[clock(r.ts), r.TYPE, *_describe(r)] for r in records]
+    triggers = {r.id: r.trigger for r in records if isinstance(r, CheckpointRecord)}
+    rows = [[clock(r.ts), r.TYPE, *_describe(r, triggers)] for r in records]
     ui.table(["TIME", "EVENT", "EXIT", "TOOK", "DETAIL"], rows)
 
 
-def _describe(r: Record) -> list[str]:
-    """EXIT, TOOK and DETAIL cells for one record."""
+def _describe(r: Record, triggers: Mapping[str, str]) -> list[str]:
+    """EXIT, TOOK and DETAIL cells for one record (``triggers``: each checkpoint's, by id)."""
     if isinstance(r, ExecRecord):
         detail = one_line(r.command, 80) + (f"  ({r.error})" if r.error else "")
         return [_exit_text(r.exit_code, r.timed_out, _ending(r.to_summary())), duration(r.duration_s), detail]
@@ -400,15 +402,21 @@ def _describe(r: Record) -> list[str]:
     if isinstance(r, CheckpointNamedRecord):
         return ["", "", f"{r.id} named to the agent as its undo"]
     if isinstance(r, CheckpointDeleteRecord):
-        return ["", "", f"{r.id} ({r.reason})"]
+        kind = f" [{triggers[r.id]}]" if r.id in triggers else ""
+        who = "by retention (older automatic checkpoints)" if r.reason == "retention" else "by hand (checkpoint rm)"
+        return ["", "", f"{r.id}{kind} deleted {who}"]
     if isinstance(r, CreateRecord):
-        return ["", "", f"{r.backend or '?'} backend, {'ephemeral' if r.ephemeral else 'persistent'}"]
+        fork = f", forked from {r.forked_from}" if r.forked_from else ""
+        return ["", "", f"{r.backend or '?'} backend, {'ephemeral' if r.ephemeral else 'persistent'}{fork}"]
+    if isinstance(r, ForkRecord):
+        return ["", "", f"forked into {r.to}" + (f" from {r.checkpoint}" if r.checkpoint else " as it was")]
     if isinstance(r, EgressRecord):
         what = f"{r.verdict} {r.host}:{r.port}" + (f" x{r.count}" if r.count != 1 else "")
         if r.verdict == "allowed":
             return ["", "", f"{what} ({r.bytes_out} B out, {r.bytes_in} B in)"
                             + (f" with credential {r.credential}" if r.credential else "")]
-        return ["", "", f"{what}: {one_line(r.reason, 60)}"]
+        # the proxy's reason may repeat "refused HOST:PORT: " (its answer to the client): said once
+        return ["", "", f"{what}: {one_line(r.reason.removeprefix(f'{what}: '), 60)}"]
     if isinstance(r, AllowRecord):
         return ["", "", one_line(_allow_change(r), 80)]
     if isinstance(r, StopRecord):

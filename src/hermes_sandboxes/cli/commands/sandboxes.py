@@ -332,6 +332,9 @@ def fork(workspace: Workspace, source: str, rest: tuple[str, ...]) -> None:
     session = workspace.session(forked)
     session.record_create(forked_from=source if checkpoint_id is None else f"{source}@{checkpoint_id}")
     session.close()
+    origin = workspace.session(sandbox)  # the source's trail says it too
+    origin.recorded.record_fork(new, checkpoint_id)
+    origin.close()
     ui.result(new)
 
 
@@ -364,8 +367,9 @@ def gc(workspace: Workspace, unused_for: str | None, yes: bool) -> int:
 @click.pass_obj
 def doctor(workspace: Workspace, as_json: bool) -> int:
     """What works on this machine, per backend, and why not; exit 1 if the chosen backend cannot
-    run here."""
+    run here. Read-only: a store not made yet is described (what the first sandbox will create)."""
     ui = Ui()
+    workspace.collect_orphans = False  # doctor changes nothing: no collection, no store made
     chosen = workspace.effective.backend
     rows: list[dict[str, Any]] = []
     with ui.status("checking this machine…"):
