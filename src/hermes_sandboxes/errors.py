@@ -45,6 +45,10 @@ class SandboxExists(SandboxError):
     """A sandbox with that name already exists where a new one was required."""
 
 
+class SpecMismatch(SandboxExists):
+    """``Backend.open`` found the sandbox, made with another spec than the one asked for."""
+
+
 class CheckpointNotFound(SandboxError):
     """The named checkpoint does not exist in that sandbox."""
 

@@ -46,7 +46,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
-from hermes_sandboxes.errors import InvalidInput, SandboxUnreachable, Unsupported
+from hermes_sandboxes.errors import InvalidInput, SandboxUnreachable, SpecMismatch, Unsupported
 from hermes_sandboxes.util.capture import BoundedCapture
 from hermes_sandboxes.util.values import dataclass, field
 
@@ -510,6 +510,36 @@ class Sandbox(ABC):
         """Remove the sandbox, its processes and its checkpoints. Idempotent."""
 
 
+def spec_differences(have: SandboxSpec, want: SandboxSpec) -> list[str]:
+    """How ``want`` differs from the spec a sandbox was made with (``have``), one phrase per field:
+    what ``Backend.open`` refuses rather than silently hand back a sandbox built otherwise."""
+    out = []
+    for label, mine, asked in (("network", have.network, want.network), ("allow", have.allow, want.allow),
+                               ("memory_bytes", have.limits.memory_bytes, want.limits.memory_bytes),
+                               ("pids", have.limits.pids, want.limits.pids),
+                               ("cpus", have.limits.cpus, want.limits.cpus),
+                               ("disk_bytes", have.limits.disk_bytes, want.limits.disk_bytes),
+                               ("image", have.image, want.image), ("labels", dict(have.labels), dict(want.labels)),
+                               ("idle_timeout", have.idle_timeout, want.idle_timeout)):
+        if mine != asked:
+            out.append(f"{label} {_shown(mine)}, not {_shown(asked)}")
+    return out
+
+
+def refuse_other_spec(name: str, have: SandboxSpec, want: SandboxSpec | None) -> None:
+    """SpecMismatch when ``open(name, want)`` found ``name`` made with another spec."""
+    differences = [] if want is None else spec_differences(have, want)
+    if differences:
+        raise SpecMismatch(f"sandbox {name} exists with {'; '.join(differences)}: open it without a spec to use "
+                            "it as it is, or destroy it first (or pick another name) to get the spec asked for")
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return "unset" if value is None else str(value)
+
+
 def check_tag(tag: str) -> str:
     """``tag`` if it is a valid command tag (see the Tags rule), else InvalidInput."""
     if not 0 < len(tag) <= MAX_TAG_CHARS or not set(tag) <= TAG_CHARS:
@@ -568,7 +598,8 @@ class Backend(ABC):
         """Resume the persistent sandbox ``name`` or create it with ``spec``; the returned
         sandbox's ``created`` says which.
 
-        Refuses to adopt an ephemeral sandbox. ``spec`` only applies at creation."""
+        Refuses to adopt an ephemeral sandbox, and (SpecMismatch) one that exists with a spec
+        other than ``spec`` (None: whatever it was made with)."""
 
     @abstractmethod
     def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> Sandbox:

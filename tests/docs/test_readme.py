@@ -261,3 +261,34 @@ def test_the_cli_ends_with_the_exit_code_the_readme_table_gives(work: dict[str, 
     got = [(what, run(env)) for what, run, _ in _SCENARIOS[row]]
     assert got == [(what, code) for what, _, code in _SCENARIOS[row]], (_TABLE[row], _STDERR)
 
+
+
+# -- the Python API example ------------------------------------------------------------------------
+
+PYTHON_MARKER = "<!-- checked: python -->"
+
+
+def python_example(text: str) -> str:
+    """The README's Python block that ``<!-- checked: python -->`` precedes, as printed."""
+    lines = text.splitlines()
+    start = lines.index(PYTHON_MARKER)
+    assert lines[start + 1] == "```python", "the marker must precede a python block"
+    end = lines.index("```", start + 2)
+    return "\n".join(lines[start + 2:end]) + "\n"
+
+
+def test_the_readme_python_example_runs_as_printed_and_prints_what_its_comments_say(fresh: dict[str, str]) -> None:
+    code = python_example(README.read_text())
+    runs = []
+    for _ in range(2):  # the second run resumes "work" (the same spec): created is False
+        done = subprocess.run([sys.executable, "-c", code], env=fresh, capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stdout.splitlines())
+        cli(fresh, "rm", "work-experiment", "--yes")
+    for n, lines in enumerate(runs):
+        assert lines[0] == ("True" if n == 0 else "False"), lines
+        assert lines[1] == "0 42", lines
+        assert any(line.startswith("deleted /usr/bin/git") for line in lines), lines
+        assert lines[-5:-1] == ["1", "2", "3", "0"], lines
+        assert re.fullmatch(r"0 ck-[0-9a-f]+", lines[-1]), lines

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
-from hermes_sandboxes.errors import InvalidInput, SandboxExists, SandboxNotFound, Unsupported
-from hermes_sandboxes.sandbox import SandboxSpec
+from hermes_sandboxes.errors import InvalidInput, SandboxExists, SandboxNotFound, SpecMismatch, Unsupported
+from hermes_sandboxes.sandbox import Limits, SandboxSpec
 from tests.local.kit import RUN_PREFIX, fresh_name, init_state, new_sandbox, pid_alive, sh
 
 INVALID = ["", "UPPER", "under_score", "-lead", "trail-", "dou--ble", "a" * 64, "sp ace", "../up", "a/b",
@@ -82,9 +82,15 @@ def test_open_creates_then_resumes_a_persistent_sandbox(local_backend: LocalBack
     try:
         first = local_backend.open(name, SandboxSpec(network="loopback"))
         sh(first, "echo persisted > /root/p")
-        again = local_backend.open(name, SandboxSpec(network="host"))  # a spec only applies at creation
-        assert again.spec.network == "loopback" and not again.ephemeral
+        again = local_backend.open(name)  # no spec: as it was made
+        assert again.spec.network == "loopback" and not again.ephemeral and not again.created
         assert again.read_file("/root/p") == b"persisted\n"
+        assert local_backend.open(name, SandboxSpec(network="loopback")).created is False  # the same spec
+        # another spec is refused, never silently ignored (asked for host, it would get loopback)
+        with pytest.raises(SpecMismatch, match=f"sandbox {name} exists with network loopback, not host"):
+            local_backend.open(name, SandboxSpec(network="host"))
+        with pytest.raises(SpecMismatch, match=r"memory_bytes unset, not 1073741824"):
+            local_backend.open(name, SandboxSpec(network="loopback", limits=Limits(memory_bytes=1 << 30)))
     finally:
         local_backend.get(name).destroy()
 

@@ -151,12 +151,37 @@ class StoriedCheckpoint:
 
 @dataclass(frozen=True)
 class RecordedExec:
-    """A command's result, the automatic checkpoint taken just before it (if any) and why."""
+    """A command's result, the automatic checkpoint taken just before it (if any) and why; the
+    result's fields read through (``exit_code``, ``stdout``...), as on ``Sandbox.exec``'s."""
 
     result: ExecResult
     auto_checkpoint: StoriedCheckpoint | None
     verdict: RiskVerdict
     credentials: CredentialPlan = field(default_factory=CredentialPlan)
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    @property
+    def stdout(self) -> str:
+        return self.result.stdout
+
+    @property
+    def stderr(self) -> str:
+        return self.result.stderr
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def timed_out(self) -> bool:
+        return self.result.timed_out
+
+    @property
+    def duration_s(self) -> float:
+        return self.result.duration_s
 
 
 @dataclass(frozen=True)

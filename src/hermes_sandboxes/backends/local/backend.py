@@ -32,6 +32,7 @@ from hermes_sandboxes.sandbox import (
     SandboxSpec,
     SandboxUsage,
     StoreUsage,
+    refuse_other_spec,
 )
 from hermes_sandboxes.util.lazy import lazy_module
 
@@ -371,6 +372,7 @@ class LocalBackend(Backend):
                 sandbox = self.get(name)
         if sandbox.ephemeral:
             raise SandboxExists(f"sandbox {name} is ephemeral and belongs to another run; it is never adopted")
+        refuse_other_spec(name, sandbox.spec, spec)
         return sandbox
 
     def create_ephemeral(self, spec: SandboxSpec | None = None, prefix: str = "tmp") -> LocalSandbox:

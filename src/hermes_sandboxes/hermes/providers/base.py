@@ -33,7 +33,7 @@ from agent.terminal_env_provider import TerminalEnvironmentProvider
 from tools.environments.base import EnvironmentConnectionError
 
 from hermes_sandboxes import backends
-from hermes_sandboxes.errors import BackendUnavailable, SandboxError
+from hermes_sandboxes.errors import BackendUnavailable, SandboxError, SpecMismatch
 from hermes_sandboxes.hermes import allowlist, naming
 from hermes_sandboxes.hermes.config import load_settings, settings_path
 from hermes_sandboxes.hermes.environment import EnvironmentOptions, SandboxEnvironment
@@ -207,8 +207,13 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
 
     def open_sandbox(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
         """Resume ``name`` or create it (``Sandbox.created`` says which) for Hermes's ``task_key``;
-        a plugin whose service keeps the task's identity itself (E2B) passes the task on."""
-        return backend.open(name, spec)
+        a plugin whose service keeps the task's identity itself (E2B) passes the task on. A session
+        resumes its sandbox as it was made even when the settings changed since (said in the log)."""
+        try:
+            return backend.open(name, spec)
+        except SpecMismatch as exc:
+            logger.warning("%s; resuming it as it is", exc)
+            return backend.open(name)
 
     def create_ephemeral(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
         """A new run-unique sandbox ``name`` for ``task_key``, never adopted."""
