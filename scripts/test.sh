@@ -3,9 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-echo "== ruff" >&2
+echo "== ruff (seconds)" >&2
 .venv/bin/ruff check src tests benchmarks
-echo "== mypy --strict (src, tests, benchmarks)" >&2
+echo "== mypy --strict (src, tests, benchmarks; about a minute, less with its cache)" >&2
 .venv/bin/mypy
 echo "== mypy --strict, without the optional extras (hermes, sprites, e2b)" >&2
 stamp=".venv-min/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
@@ -15,5 +15,6 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 .venv-min/bin/mypy src  # the tests need the extras; the package must type-check without them
-echo "== pytest" >&2
+echo "== pytest: the whole suite, about 12 minutes on a quiet 2-vCPU machine (two to three times that" \
+     "under load); a dot per test, the QEMU guest's cgroup v2 tests among them" >&2
 exec .venv/bin/python -m pytest -q "$@"

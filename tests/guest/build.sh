@@ -18,6 +18,8 @@ fi
 kver=${pkg#linux-image-}
 stamp="$OUT/ready-$kver-$(cat "$HERE/build.sh" "$HERE/init.sh" | sha1sum | cut -c1-12)"
 [ -e "$stamp" ] && exit 0
+echo "guest: building the QEMU guest for the cgroup v2 tests under $OUT (kernel $kver; once per kernel" \
+     "version, usually under a minute: download, unpack, modules, initramfs)" >&2
 
 mkdir -p "$OUT/deb"
 if ! ls "$OUT/deb/${pkg}_"*.deb >/dev/null 2>&1; then
@@ -38,6 +40,7 @@ if start < 0:
 open(sys.argv[2], "wb").write(lzma.LZMADecompressor().decompress(image[start:]))
 PY
 
+echo "guest: kernel unpacked; collecting its modules and packing the initramfs" >&2
 depmod -b "$OUT/kernel" "$kver"
 root="$OUT/initramfs"
 mkdir -p "$root"/{bin,dev,proc,sys,host,upper,newroot,lib/modules}
