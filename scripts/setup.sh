@@ -55,7 +55,7 @@ if [ -n "$extras" ]; then spec=".[$extras]"; else spec="."; fi
 stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)-${extras:-base}"
 if [ ! -e "$stamp" ]; then
   case "$extras" in  # (measured: the hermes extra alone took 277 s on a loaded machine with a cold cache)
-    *test*|*hermes*) took="the first time 2-5 minutes (Hermes Agent and the ~100 packages of the test tools), seconds after" ;;
+    *test*|*hermes*) took="usually 2-5 minutes the first time: Hermes Agent and ~100 packages of tools; seconds later" ;;
     *) took="usually under a minute" ;;
   esac
   echo "setup: installing hermes-sandboxes${extras:+ [$extras]} into .venv ($took); each package pip" \

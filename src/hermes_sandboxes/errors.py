@@ -50,7 +50,12 @@ class SpecMismatch(SandboxExists):
 
 
 class CheckpointNotFound(SandboxError):
-    """The named checkpoint does not exist in that sandbox."""
+    """The named checkpoint does not exist in that sandbox. ``sandbox`` names it when known, so that
+    each face can add how its user lists the checkpoints (the CLI's command, an agent's tool)."""
+
+    def __init__(self, message: str, *, sandbox: str | None = None) -> None:
+        super().__init__(message)
+        self.sandbox = sandbox
 
 
 class Unsupported(SandboxError):

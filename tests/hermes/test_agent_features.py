@@ -171,7 +171,8 @@ def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -
     assert [c["command"] for c in preview["commands"]][-1] == "echo changed > /root/x"
     refused = subprocess.run([str(HERMES_BIN), "sandbox", "restore", checkpoint_id], env=env, capture_output=True,
                              text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
-    assert refused.returncode == 1 and "--yes" in refused.stdout  # no terminal to confirm on: nothing changes
+    # no terminal to confirm on: nothing changes, and it is bad usage (exit 2) as with hermes-sandboxes
+    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "--yes" in refused.stderr, refused
     term = Pty([str(HERMES_BIN), "sandbox", "restore", checkpoint_id])  # on a terminal: the preview, a question
     term.expect(b"throws away")
     term.expect(b"echo changed > /root/x")
@@ -182,6 +183,22 @@ def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -
     restored = json.loads(cli("restore", checkpoint_id, "--yes"))
     assert restored["restored"] == checkpoint_id
     assert hermes.run("cat /root/x")["output"].strip() == "x"
+    # one output model with the agent tools: the same fields, the discarded commands as a list
+    assert "echo changed > /root/x" in restored["discarded_commands"], restored
+    tool = hermes.call("sandbox_checkpoints", {})
+    assert set(json.loads(cli("checkpoints"))) == set(tool) and tool["checkpoints"], tool
+    unknown = subprocess.run([str(HERMES_BIN), "sandbox", "diff", "ck-nope"], env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert unknown.returncode == 1 and "has no checkpoint 'ck-nope'; list them with: hermes sandbox checkpoints" \
+        in unknown.stderr, unknown
+
+
+def test_an_unknown_checkpoint_points_the_model_to_its_own_tool(hermes: HermesHarness) -> None:
+    hermes.run("echo x > /root/x")
+    for tool in ("sandbox_restore", "sandbox_diff"):
+        error = hermes.call(tool, {"id": "ck-nope"})["error"]
+        assert "has no checkpoint 'ck-nope'; list them with the sandbox_checkpoints tool" in error, error
+        assert "hermes-sandboxes" not in error, error  # the host's CLI: the model cannot run it
 
 
 def test_the_dashboard_probe_and_setup_instructions_tell_what_is_missing(hermes: HermesHarness) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from hermes_sandboxes.recorder.state import HostState
 from tests.cli.cli_kit import as_json
 from tests.fakes.model_server import Conversation, Step, call, say
 from tests.hermes.loop_kit import checkpoint_named
@@ -59,6 +60,19 @@ def test_break_and_restore(agent_loop: AgentLoop) -> None:
     system = json.dumps([m for m in run.conversations[0].messages if m.get("role") == "system"])
     assert "OS: Linux" in system, system
     assert [n for n in agent_loop.sandbox_names() if not n.startswith(agent_loop.prefix + "-default-")] == []
+
+
+def test_the_audit_records_of_hermes_chat_carry_its_session_id(agent_loop: AgentLoop) -> None:
+    marker = f"audited-{secrets.token_hex(4)}"
+    run = agent_loop.ask([terminal(f"echo {marker}"), say("done")])
+    [result] = run.tool_json()
+    assert marker in result["output"], result
+    audit = HostState().audit_path(agent_loop.backend.key)
+    records = [json.loads(line) for line in audit.read_text().splitlines() if marker in line]
+    [ended] = [r for r in records if r["type"] == "exec"]
+    session = ended["origin"].get("session")
+    assert session and ended["origin"]["via"] == "hermes", ended  # the docs say the session is recorded
+    assert session in run.output, (session, run.output[-500:])  # the id hermes chat itself reports
 
 
 def test_a_background_server_is_reached_from_a_later_command(agent_loop: AgentLoop) -> None:

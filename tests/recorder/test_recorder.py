@@ -238,7 +238,7 @@ def test_checkpoint_show_and_missing_checkpoints(record: Factory) -> None:
     recorded = record()
     taken = recorded.checkpoint("kept", trigger="agent")
     assert recorded.get_checkpoint(taken.id).trigger == "agent"
-    with pytest.raises(CheckpointNotFound, match="checkpoint list"):
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint 'ck-nope'"):
         recorded.restore_preview("ck-nope")
     with pytest.raises(InvalidInput):
         recorded.checkpoint("bad", trigger="whim")  # type: ignore[arg-type]

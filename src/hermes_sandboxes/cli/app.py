@@ -23,7 +23,7 @@ from hermes_sandboxes.cli.commands import apparmor, checkpoints, mcp, network, s
 from hermes_sandboxes.cli.config import parse_overrides
 from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
-from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.errors import CheckpointNotFound, SandboxError
 
 EXIT_ERROR = 1
 
@@ -52,7 +52,7 @@ class CliGroup(click.Group):
             error(exc.format_message() + _usage_hint(exc))
             return exc.exit_code
         except SandboxError as exc:
-            error(str(exc))
+            error(str(exc) + _listing_hint(exc))
             return EXIT_ERROR
         except OSError as exc:  # e.g. an unreadable --home: the user's to fix, not a bug of ours
             error(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}")
@@ -65,6 +65,13 @@ def interrupted(exc: BaseException) -> None:
     name = signals.name(exc)
     with contextlib.suppress(OSError, ValueError):
         error("interrupted" if name == "SIGINT" else f"interrupted by {name}")
+
+
+def _listing_hint(exc: SandboxError) -> str:
+    """How to see the checkpoints an unknown id was not among (the recorder names no face's way)."""
+    if isinstance(exc, CheckpointNotFound) and exc.sandbox is not None:
+        return f"; list them with: hermes-sandboxes checkpoint list {exc.sandbox}"
+    return ""
 
 
 def _usage_hint(exc: click.ClickException) -> str:

@@ -7,6 +7,11 @@ this Hermes loaded). ``list`` shows the sandboxes under the install's ``name_pre
 ``proxy``) in place, for its next connection, and the change is recorded; a change made here is
 kept when the plugin resumes the sandbox with another ``allow`` setting (see hermes/allowlist.py). A name
 outside the prefix is refused, like everywhere else in the plugin.
+
+Output: JSON on stdout in the shapes the agent tools answer with (tools.py: ``checkpoints``,
+``diff`` and ``restore`` give the same fields, ``discarded_commands`` a list), errors one line
+``error: ...`` on stderr; exit 1 for an error, 2 for bad usage (a restore without --yes where nobody
+can confirm), as hermes-sandboxes does.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.errors import InvalidInput, SandboxError
-from hermes_sandboxes.hermes import naming
+from hermes_sandboxes.errors import CheckpointNotFound, InvalidInput, SandboxError
+from hermes_sandboxes.hermes import naming, tools
 from hermes_sandboxes.hermes.providers.registry import active, registered
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
@@ -65,13 +70,20 @@ def _provider() -> SandboxProvider:
     return chosen
 
 
+EXIT_ERROR, EXIT_USAGE = 1, 2  # as hermes-sandboxes: 2 for bad usage or a question nobody can answer
+
+
 def run(args: argparse.Namespace) -> int:
+    """JSON on stdout in the agent tools' shapes (one output model for both); errors as one line
+    ``error: ...`` on stderr."""
     try:
         print(json.dumps(_dispatch(_provider(), args), indent=2, default=str))
         return 0
     except SandboxError as exc:
-        print(f"hermes sandbox: {exc}")
-        return 1
+        hint = (f"; list them with: hermes sandbox checkpoints --sandbox {exc.sandbox}"
+                if isinstance(exc, CheckpointNotFound) and exc.sandbox else "")
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, InvalidInput | Unconfirmable) else EXIT_ERROR
 
 
 def _dispatch(provider: SandboxProvider, args: argparse.Namespace) -> Any:
@@ -84,16 +96,20 @@ def _dispatch(provider: SandboxProvider, args: argparse.Namespace) -> Any:
     if command == "network":
         return _network(recorded, args.action, args.hosts)
     if command == "checkpoints":
-        return [cp.to_dict() for cp in recorded.checkpoints()]
+        return tools.checkpoints_result(recorded)
     if command == "diff":
-        return recorded.restore_preview(args.checkpoint).to_dict()
-    if not args.yes and not _confirm_restore(recorded, args.checkpoint):
-        raise RestoreDeclined("restore cancelled; nothing was changed" if sys.stdin.isatty() else
-                              "restore throws work away: run it on a terminal to see what and confirm, "
-                              "or pass --yes")
+        preview = recorded.restore_preview(args.checkpoint)
+        if preview.changes is None:
+            raise SandboxError(f"no diff for checkpoint {args.checkpoint}: {preview.diff_unavailable}")
+        return tools.diff_result(recorded.name, args.checkpoint, preview)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise Unconfirmable("restore throws work away: run it on a terminal to see what and confirm, "
+                                "or pass --yes")
+        if not _confirm_restore(recorded, args.checkpoint):
+            raise RestoreDeclined("restore cancelled; nothing was changed")
     discarded = recorded.restore(args.checkpoint)
-    return {"restored": args.checkpoint, "sandbox": recorded.name,
-            "discarded_commands": None if discarded is None else len(discarded)}
+    return tools.restore_result(recorded, args.checkpoint, discarded)
 
 
 def _network(recorded: RecordedSandbox, action: str, hosts: list[str]) -> dict[str, Any]:
@@ -108,13 +124,15 @@ def _network(recorded: RecordedSandbox, action: str, hosts: list[str]) -> dict[s
 
 
 class RestoreDeclined(SandboxError):
-    """The user said no, or could not be asked (stdin is not a terminal and no --yes)."""
+    """The user said no (exit 1)."""
+
+
+class Unconfirmable(SandboxError):
+    """Nobody can be asked (stdin is not a terminal) and no --yes: bad usage (exit 2)."""
 
 
 def _confirm_restore(recorded: RecordedSandbox, checkpoint_id: str) -> bool:
-    """Show what a restore throws away and ask; False without asking when stdin is not a terminal."""
-    if not sys.stdin.isatty():
-        return False
+    """Show what a restore throws away and ask (stdin is a terminal)."""
     preview = recorded.restore_preview(checkpoint_id)
     commands = preview.commands
     print(f"Restoring {recorded.name} to {checkpoint_id} throws away:", file=sys.stderr)

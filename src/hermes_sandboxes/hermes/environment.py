@@ -404,8 +404,10 @@ class SandboxEnvironment(BaseEnvironment):  # type: ignore[misc]
 
 
 def _session_key() -> str:
+    """The session a command runs for: the gateway's session key (a chat platform's), else the
+    session id ``hermes chat`` and the other local front ends bind (they set no key)."""
     try:
         from gateway.session_context import get_session_env
     except ImportError:
         return ""
-    return str(get_session_env("HERMES_SESSION_KEY", "") or "")
+    return str(get_session_env("HERMES_SESSION_KEY", "") or get_session_env("HERMES_SESSION_ID", "") or "")

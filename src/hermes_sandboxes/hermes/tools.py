@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.errors import CheckpointNotFound, SandboxError
 from hermes_sandboxes.hermes.environment import SandboxEnvironment
 from hermes_sandboxes.hermes.providers.registry import active
-from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
+from hermes_sandboxes.recorder.records import ExecRecord
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox, RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.sandbox import Capability
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ def _guarded(fn: Callable[[SandboxEnvironment, dict[str, Any]], str]) -> Handler
             env = _environment(task_id)
             with env.busy():  # a cleanup asked for meanwhile waits for the tool
                 return fn(env, args or {})
+        except CheckpointNotFound as exc:  # the model cannot run the host's CLI: its own tool lists them
+            return _error(f"{exc}; list them with the sandbox_checkpoints tool")
         except (SandboxError, LookupError) as exc:
             return _error(str(exc))
 
@@ -83,16 +86,29 @@ def checkpoint_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
     )
 
 
-def _retention_warning(env: SandboxEnvironment) -> dict[str, str]:
-    note = env.recorded.retention_note
-    return {"retention": note} if note else {}
+def checkpoints_result(recorded: RecordedSandbox) -> dict[str, Any]:
+    """The checkpoints' view, for the agent's tool and ``hermes sandbox checkpoints`` alike."""
+    items = [_checkpoint_view(cp) for cp in recorded.checkpoints()]
+    message = (f"{len(items)} checkpoint(s), oldest first." if items
+               else "No checkpoints yet; call sandbox_checkpoint to save one.")
+    note = recorded.retention_note
+    return {"sandbox": recorded.name, "checkpoints": items, "message": message, **({"retention": note} if note else {})}
 
 
 def checkpoints_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
-    items = [_checkpoint_view(cp) for cp in env.recorded.checkpoints()]
-    message = (f"{len(items)} checkpoint(s), oldest first." if items
-               else "No checkpoints yet; call sandbox_checkpoint to save one.")
-    return _result(sandbox=env.sandbox_name, checkpoints=items, message=message, **_retention_warning(env))
+    return _result(**checkpoints_result(env.recorded))
+
+
+def restore_result(recorded: RecordedSandbox, checkpoint_id: str,
+                   discarded: Sequence[ExecRecord] | None) -> dict[str, Any]:
+    """What a restore did, for the agent's tool and ``hermes sandbox restore`` alike."""
+    undone = "" if discarded is None else f" The effects of {len(discarded)} command(s) since then are gone."
+    return {
+        "restored": checkpoint_id, "sandbox": recorded.name,
+        "discarded_commands": None if discarded is None else [r.command for r in discarded][-20:],
+        "message": (f"The sandbox's files are back at checkpoint {checkpoint_id}.{undone} Processes that were "
+                    "running were stopped; start again any server you need."),
+    }
 
 
 def restore_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
@@ -101,13 +117,7 @@ def restore_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
         return _error("give the id of a checkpoint (see sandbox_checkpoints)")
     discarded = env.recorded.restore(checkpoint_id)
     env.after_restore()
-    undone = "" if discarded is None else f" The effects of {len(discarded)} command(s) since then are gone."
-    return _result(
-        restored=checkpoint_id, sandbox=env.sandbox_name,
-        discarded_commands=None if discarded is None else [r.command for r in discarded][-20:],
-        message=(f"The sandbox's files are back at checkpoint {checkpoint_id}.{undone} Processes that were "
-                 "running were stopped; start again any server you need."),
-    )
+    return _result(**restore_result(env.recorded, checkpoint_id, discarded))
 
 
 def diff_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
@@ -121,15 +131,20 @@ def diff_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
     preview = env.recorded.restore_preview(checkpoint_id)
     if preview.changes is None:
         return _error(f"no diff for checkpoint {checkpoint_id}: {preview.diff_unavailable}")
-    changes = preview.changes
+    return _result(**diff_result(env.recorded.name, checkpoint_id, preview))
+
+
+def diff_result(sandbox: str, checkpoint_id: str, preview: RestorePreview) -> dict[str, Any]:
+    """The files changed since a checkpoint (a preview with its diff), for the tool and the CLI alike."""
+    changes = preview.changes or ()
     shown = [{"path": c.path, "change": str(c.kind), "size": c.size} for c in changes[:MAX_DIFF_ENTRIES]]
     message = f"{len(changes)} path(s) changed since checkpoint {checkpoint_id}."
     if len(changes) > len(shown):
         message += f" Showing the first {len(shown)}; the summary counts them all."
-    return _result(
-        sandbox=env.sandbox_name, since=checkpoint_id, changes=shown,
-        summary=preview.summary.to_dict() if preview.summary else None, message=message,
-    )
+    commands = [{"command": r.command, "exit_code": r.exit_code} for r in (preview.commands or ())]
+    return {"sandbox": sandbox, "since": checkpoint_id, "changes": shown,
+            "summary": preview.summary.to_dict() if preview.summary else None,
+            "commands": commands[-MAX_STORY_COMMANDS:], "message": message}
 
 
 _ID = {"type": "string", "description": "a checkpoint id from sandbox_checkpoint or sandbox_checkpoints"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from hermes_sandboxes.errors import SandboxError
+from hermes_sandboxes.errors import CheckpointNotFound, SandboxError
 from hermes_sandboxes.mcp import schema
 from hermes_sandboxes.util.values import dataclass
 
@@ -120,6 +120,8 @@ class Tool:
             return ToolResult.failure(f"invalid arguments for {self.name}: " + "; ".join(problems))
         try:
             return self.handler(ctx, arguments)
+        except CheckpointNotFound as exc:  # (the recorder names no face's way to list them)
+            return ToolResult.failure(f"{exc}; list them with the checkpoint_list tool", kind=type(exc).__name__)
         except (ToolError, SandboxError) as exc:
             return ToolResult.failure(str(exc), kind=type(exc).__name__)
 

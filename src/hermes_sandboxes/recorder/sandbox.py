@@ -571,10 +571,7 @@ class RecordedSandbox:
         for checkpoint in listed:
             if checkpoint.id == checkpoint_id:
                 return self._enrich(checkpoint, story, live)
-        raise CheckpointNotFound(
-            f"sandbox {self.name} has no checkpoint {checkpoint_id!r}; list them with "
-            f"`hermes-sandboxes checkpoint list {self.name}`"
-        )
+        raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}", sandbox=self.name)
 
     def _enrich(self, checkpoint: Checkpoint, story: Story, live: Collection[str] | None) -> StoriedCheckpoint:
         """``checkpoint`` with its story; ``live`` (the ids that still exist) lets the story skip over
