@@ -62,12 +62,17 @@ if [ ! -e "$stamp" ]; then
        "fetches is named below" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
   # (not -q: a silent pip for minutes looks hung) only what it collects, not every satisfied requirement
+  install=(python3 scripts/venv_swap.py .venv --)  # a working .venv: changed in a copy, swapped in at once,
+  ls .venv/.installed-* >/dev/null 2>&1 || install=()  # so a CLI running from it meanwhile never breaks
+  where=.venv; [ ${#install[@]} -eq 0 ] || where="{venv}"
+  log=$(mktemp -t hermes-sandboxes-pip.XXXXXX.log)
   set +e
-  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -e "$spec" 2>&1 \
-    | tee .venv/pip-install.log | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' >&2
+  "${install[@]}" "$where/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e "$spec" 2>&1 \
+    | tee "$log" | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' >&2
   pip_status=${PIPESTATUS[0]}
   set -e
-  [ "$pip_status" -eq 0 ] || { echo "setup: pip install failed: see .venv/pip-install.log" >&2; exit 1; }
+  [ "$pip_status" -eq 0 ] || { echo "setup: pip install failed: see $log" >&2; exit 1; }
+  rm -f "$log"
   touch "$stamp"
 fi
 

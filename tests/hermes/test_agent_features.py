@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from hermes_sandboxes.recorder.journal import Journal
 from hermes_sandboxes.recorder.state import HostState
 from tests.cli.cli_kit import Pty
 
@@ -142,7 +143,8 @@ def test_every_command_lands_in_the_audit_log_with_its_task_and_session(
 ) -> None:
     monkeypatch.setenv("HERMES_SESSION_KEY", "a")
     hermes.run("echo audited", task_id="turn-7")
-    records = [json.loads(line) for line in HostState().audit_path(hermes.backend.key).read_text().splitlines()]
+    # (through the journal's reader: a CLI another test killed with -9 mid-write may have left a torn line)
+    records = [r.to_dict() for r in Journal(HostState().audit_path(hermes.backend.key)).records()]
     mine = [r for r in records if r.get("type") == "exec" and r.get("command") == "echo audited"
             and r["sandbox"].startswith(hermes.prefix)]
     assert mine and mine[-1]["origin"]["session"] == "a" and mine[-1]["origin"]["task"] == "session:a"
