@@ -3,7 +3,7 @@
 A CLI ``exec`` imports ~60 modules before it can run a command (``ls`` or ``checkpoint list`` a few
 hundred: click, rich, the settings models); scripts and agents pay that per call. So a per-user
 server (server.py) keeps them imported and forks one worker per call (every command but ``shell``,
-which owns the terminal):
+which owns the terminal, and ``mcp``, a server for a whole session):
 this client only connects, sends one request (argv, the environment as bytes, the umask, the
 signals we ignore, ``sys.path``) with our stdin, stdout, stderr and working directory as file
 descriptors, and reads back the worker's pid, then its exit code. The worker is the CLI for that
@@ -125,7 +125,9 @@ def runtime_dir(create: bool = False) -> str | None:
 
 # the global options that take a value (the command is the first other word)
 _GLOBAL_VALUES = ("--backend", "-b", "--config", "--option", "-o", "--home")
-IN_PROCESS_ONLY = ("shell",)  # it owns the terminal: raw mode, window size, job control
+# shell owns the terminal (raw mode, window size, job control); mcp is a server for a whole agent
+# session, which gains nothing from a warm start and should not live as a worker of ours
+IN_PROCESS_ONLY = ("shell", "mcp")
 
 
 def command_of(args: list[str]) -> str | None:
@@ -140,7 +142,7 @@ def command_of(args: list[str]) -> str | None:
 
 
 def served_warm(args: list[str]) -> bool:
-    """Whether the server may run ``args`` (every command but those that own the terminal)."""
+    """Whether the server may run ``args`` (every command but ``IN_PROCESS_ONLY``)."""
     return os.environ.get(SWITCH, "1") != "0" and command_of(args) not in IN_PROCESS_ONLY
 
 
