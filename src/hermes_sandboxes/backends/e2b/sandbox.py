@@ -362,7 +362,7 @@ class E2BSandbox(Sandbox):
         """Replace the sandbox with a new one created from the snapshot, with the same identity. The
         old one is killed only once the new one runs, so a failure leaves the sandbox as it was."""
         if checkpoint_id not in dict(self._snapshots()):
-            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
+            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}", sandbox=self.name)
         comments = self._comments()
         backend = self._backend
         # the replacement carries the very metadata of the sandbox it replaces: identity, labels, age
@@ -386,7 +386,7 @@ class E2BSandbox(Sandbox):
         sandbox taken now (deleted again once the fork runs). This sandbox is untouched."""
         if checkpoint_id is not None:
             if checkpoint_id not in dict(self._snapshots()):
-                raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
+                raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}", sandbox=self.name)
             return self._backend.fork(self, new_name, checkpoint_id)
         name = f"{SNAPSHOT_PREFIX}fork-{self.scope[:16]}-{int(time.time() * 1000)}"
         snapshot = self.call("snapshot", lambda: self._sdk.create_snapshot(name=name))
@@ -400,4 +400,4 @@ class E2BSandbox(Sandbox):
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         if not self.call("delete snapshot", lambda: e2b.Sandbox.delete_snapshot(checkpoint_id,
                                                                                  **self._backend.opts)):
-            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}")
+            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}", sandbox=self.name)

@@ -623,10 +623,7 @@ class LocalSandbox(Sandbox):
 
     def _require_checkpoint(self, checkpoint_id: str) -> None:
         if checkpoint_id not in self._backend.store.checkpoint_ids(self.name):
-            raise CheckpointNotFound(
-                f"sandbox {self.name} has no checkpoint {checkpoint_id!r}; "
-                f"list them with: hermes-sandboxes checkpoint list {self.name}"
-            )
+            raise CheckpointNotFound(f"sandbox {self.name} has no checkpoint {checkpoint_id!r}", sandbox=self.name)
 
     def restore(self, checkpoint_id: str) -> None:
         with self._locked():

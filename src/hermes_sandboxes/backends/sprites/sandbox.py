@@ -316,8 +316,7 @@ class SpritesSandbox(Sandbox):
         (absent from every checkpoint) tells a Sprite that has restored from one that has not yet
         begun; until it is gone, or while exec is refused, the next command would be too early."""
         if checkpoint_id not in {c.id for c in self._listed(include_auto=True)}:
-            raise CheckpointNotFound(f"Sprite {self.name} has no checkpoint {checkpoint_id!r}; "
-                                     f"list them with: hermes-sandboxes checkpoint list {self.name}")
+            raise CheckpointNotFound(f"Sprite {self.name} has no checkpoint {checkpoint_id!r}", sandbox=self.name)
         marker = f"{RESTORE_MARKER_DIR}/{secrets.token_hex(8)}"
         self.write_file(marker, b"")
         api = self._backend.api
