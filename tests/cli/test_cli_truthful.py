@@ -86,3 +86,12 @@ def test_log_says_an_egress_refusal_once(home: Path, local_backend: LocalBackend
         assert "no allow-list entry names this address and port" in row, row
     finally:
         sandbox.destroy()
+
+
+def test_the_same_risky_command_again_says_its_checkpoint_is_kept_not_taken(home: Path, box: LocalSandbox) -> None:
+    first = ok(home, "exec", box.name, "--", "rm -rf /root/build").stderr
+    assert "taken first (recursive rm of /root/build)" in first, first
+    again = ok(home, "exec", box.name, "--", "rm -rf /root/build").stderr  # nothing changed in between
+    assert "kept as the undo point, nothing changed since" in again and "taken first" not in again, again
+    [checkpoint] = as_json(home, "checkpoint", "list", box.name)
+    assert checkpoint["id"] in first and checkpoint["id"] in again

@@ -25,7 +25,6 @@ from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.session import Session, recorder_policy
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.recorder.command import RecordedProcess
-from hermes_sandboxes.recorder.journal import command_text
 from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
 from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Capability, Command, OutputSink
 from hermes_sandboxes.util.values import dataclass
@@ -114,7 +113,7 @@ def run_command(session: Session, command: Command, *, policy: CliPolicy, cwd: s
         with signals.held():  # a signal now is raised once we hold the command, so we can kill it
             proc = session.recorded.start(
                 command, checkpoint=recorder_policy(policy),
-                on_checkpoint=lambda taken, verdict, new: announce(taken, verdict, new or _taken_for(taken, command)),
+                on_checkpoint=announce,  # new False: an earlier one reused (even for this same command line)
                 cwd=cwd, env=env, stdin=stdin,
                 on_stdout=output.sink(sys.stdout), on_stderr=output.sink(sys.stderr))
             output.attach(proc)
@@ -168,12 +167,6 @@ def announcer(note: Note, name: str) -> Callable[[StoriedCheckpoint, RiskVerdict
              f"hermes-sandboxes checkpoint restore {name} {taken.id}")
 
     return announce
-
-
-def _taken_for(taken: StoriedCheckpoint, command: Command) -> bool:
-    """Whether a reused checkpoint was taken for this same command line earlier (then it still
-    counts as taken first for it)."""
-    return taken.trigger == "auto" and taken.trigger_command == command_text(command)
 
 
 def finish(note: Note, session: Session, outcome: Outcome, timeout: float | None) -> int:
