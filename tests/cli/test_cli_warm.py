@@ -600,3 +600,15 @@ def test_ctrl_c_while_the_exec_path_starts_up_prints_no_traceback(home: Path, rt
     done = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home),
                            "exec", "no-such-box", "--", "true"], env=env, capture_output=True, timeout=60, check=False)
     assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done
+
+
+def test_a_client_with_fewer_capabilities_is_not_served_by_a_server_with_more(rt: dict[str, str]) -> None:
+    """Every command is served warm: a create from a client without CAP_SYS_ADMIN must not be made
+    by a worker that has it (the stamp holds the capability sets, no_new_privs and seccomp)."""
+    code = "from hermes_sandboxes.cli.fastpath import warm; print(warm.key_of(warm.stamp()))"
+    full = subprocess.run([sys.executable, "-c", code], env=rt, capture_output=True, text=True, check=True)
+    dropped = subprocess.run(["setpriv", "--inh-caps=-sys_admin", "--bounding-set=-sys_admin", sys.executable,
+                              "-c", code], env=rt, capture_output=True, text=True, check=True)
+    no_new_privs = subprocess.run(["setpriv", "--no-new-privs", sys.executable, "-c", code], env=rt,
+                                  capture_output=True, text=True, check=True)
+    assert len({full.stdout, dropped.stdout, no_new_privs.stdout}) == 3, (full, dropped, no_new_privs)

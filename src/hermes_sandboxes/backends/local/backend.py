@@ -207,18 +207,16 @@ class LocalBackend(Backend):
             paths.write_json(self.home / "store.json", {"kind": store.kind})
         return store
 
-    def store_preview(self) -> str | None:
-        """None when the store exists (``store`` opens it), else what the first sandbox will create
-        there: for ``doctor``, which creates and mounts nothing on a machine that has no store yet."""
-        if self._store is not None or (self.home / "store.json").exists():
+    def store_preview(self) -> tuple[str, str] | None:
+        """None when the store exists (``store`` opens it) or is an ordinary user's (probing its
+        filesystem makes nothing big: ``describable_store`` names its kind), else what the first
+        sandbox will create there (its kind, a line): ``doctor`` creates and loop-mounts no 64 GiB image."""
+        if self._store is not None or self.rootless or (self.home / "store.json").exists():
             return None
-        if os.geteuid() != 0:
-            return (f"none yet at {self.home}: the first sandbox makes the best copy-on-write store this "
-                    "filesystem gives an ordinary user (btrfs subvolumes, reflink copies or overlay layers)")
         kind = self._store_kind if self._store_kind != "auto" else ("btrfs" if _btrfs_possible() else "copy")
         what = (f"a btrfs store in a {self._image_size} sparse image file, loop-mounted" if kind == "btrfs"
                 else "a full-copy store")
-        return f"none yet at {self.home}: the first sandbox creates {what} there"
+        return kind, f"none yet at {self.home}: the first sandbox creates {what} there"
 
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]

@@ -133,7 +133,9 @@ def run_checks(backend: LocalBackend) -> list[DoctorCheck]:
         try:  # read-only: a store not made yet is described, never created (nor mounted)
             planned = backend.store_preview()
             if planned is not None:
-                checks.append(DoctorCheck(True, "sandbox store", planned))
+                kind, detail = planned
+                checks.append(DoctorCheck(True, "sandbox store", detail))
+                checks.append(_disk_limit_check(kind))
             else:
                 store = backend.describable_store()
                 checks.append(DoctorCheck(True, "sandbox store", f"{store.kind} at {store.root}: {store.description}"))

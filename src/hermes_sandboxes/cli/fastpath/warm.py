@@ -62,14 +62,21 @@ _BOOT = ("import os, sys; os.closerange(3, 1 << 30); sys.path[0] = sys.argv[1]; 
 
 def stamp() -> tuple[Any, ...]:
     """What server and client must share: interpreter, package, flags and start-up variables, and
-    what a process inherits that the worker cannot take on from a request: credentials, cgroups
-    (sandbox groups are made under the creating process's own on cgroup v1), namespaces, root
-    directory and resource limits (a sandbox's init inherits them). The server has its spawning
-    client's; a client that differs gets a server of its own."""
+    what a process inherits that the worker cannot take on from a request: credentials and
+    capabilities (a client that dropped CAP_SYS_ADMIN must not have a worker holding it create a
+    sandbox), no_new_privs and seccomp, cgroups (sandbox groups are made under the creating process's
+    own on cgroup v1), namespaces, root directory and resource limits (a sandbox's init inherits
+    them). The server has its spawning client's; a client that differs gets a server of its own."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("PYTHON") or k in _START_VARS)
     return (PROTOCOL, sys.executable, PACKAGE, tuple(sys.flags), sorted(sys._xoptions.items()), env,
-            os.getuid(), os.getgid(), os.getgroups(), _read("/proc/self/cgroup"), _read("/proc/self/limits"),
-            [_link(f"/proc/self/ns/{ns}") for ns in _NAMESPACES], _link("/proc/self/root"))
+            os.getuid(), os.getgid(), os.getgroups(), _privileges(), _read("/proc/self/cgroup"),
+            _read("/proc/self/limits"), [_link(f"/proc/self/ns/{ns}") for ns in _NAMESPACES], _link("/proc/self/root"))
+
+
+def _privileges() -> list[bytes]:
+    """The capability sets, no_new_privs and the seccomp mode of this process (/proc/self/status)."""
+    return [line for line in _read("/proc/self/status").splitlines()
+            if line.startswith((b"Cap", b"NoNewPrivs", b"Seccomp"))]
 
 
 def _read(path: str) -> bytes:
