@@ -41,9 +41,12 @@ def listing(home: Path) -> dict[str, str]:
 
 
 def paused(home: Path, point: str, *args: str) -> subprocess.Popen[str]:
-    """The CLI running ``args``, stopped at the store's test pause ``point`` (see store.test_pause)."""
+    """The CLI running ``args``, stopped at the store's test pause ``point`` (see store.test_pause);
+    in-process, since the tests kill it (a warm call's worker would outlive its killed client and
+    clean up itself: see tests/cli/test_cli_warm.py)."""
     marker = Path(tempfile.mkdtemp(prefix="hsl-pause-")) / "paused"
-    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker),
+           "HERMES_SANDBOXES_WARM": "0"}
     child = subprocess.Popen([*CLI, "--home", str(home), *args], env=env, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (marker.exists() and bool(marker.read_text().strip())) or child.poll() is not None,
