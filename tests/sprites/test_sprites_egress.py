@@ -125,3 +125,48 @@ def test_an_open_sprite_opened_with_an_allow_list_is_fenced_in_place(backend: Sp
     assert backend.get("sp-later").info().spec == SandboxSpec(network="proxy", allow=("@pypi",))
     assert backend.open("sp-later", SandboxSpec(network="proxy", allow=("@pypi",))).fenced
     assert len(fake.recorded("POST", "/v1/sprites/sp-later/policy/network")) == 1  # once, not at every open
+
+
+def test_a_real_hermes_with_the_allow_setting_fences_its_sprite_and_hermes_sandbox_network_opens_a_name(
+        fake: FakeSprites, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    import yaml
+    from hermes_cli.plugins import _reset_plugin_managers_for_tests, discover_plugins
+
+    from hermes_sandboxes.hermes.providers.registry import registered
+
+    (tmp_path / "hello.txt").write_text("hello\n")
+    home = Path(tempfile.mkdtemp(prefix="hs-cloud-egress-", dir="/tmp"))
+    config = {"terminal": {"backend": "sprites"},
+              "plugins": {"enabled": ["sprites"], "entries": {"sprites": {"settings": {
+                  "api_url": fake.url, "name_prefix": "hse", "allow": ["allowed.test"]}}}}}
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    (home / ".env").write_text(f"SPRITES_TOKEN={fake.token}\n")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("TERMINAL_ENV", "sprites")
+    for name in ("SPRITES_TOKEN", "SPRITE_TOKEN", "SPRITES_API_URL"):
+        monkeypatch.delenv(name, raising=False)
+    _reset_plugin_managers_for_tests()
+    discover_plugins(force=True)
+    fake.world.hosts.update({"allowed.test": "127.0.0.1", "later.test": "127.0.0.1"})
+    env = registered()["sprites"].create_environment(cwd="", timeout=60, task_id="t-egress",
+                                                     container_config={"container_persistent": True})
+    try:
+        with http_server_process(tmp_path) as port:
+            fetch = "curl -sS -f -m 10 http://{host}:" + str(port) + "/hello.txt"
+            assert env.execute(fetch.format(host="allowed.test"))["output"].strip() == "hello"
+            refused = env.execute(fetch.format(host="later.test"))
+            assert refused["returncode"] != 0 and "hello" not in refused["output"], refused
+            hermes = Path(sys.executable).parent / "hermes"
+            done = subprocess.run([str(hermes), "sandbox", "network", "allow", "later.test", "--sandbox",
+                                   env.recorded.name], capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert env.execute(fetch.format(host="later.test"))["output"].strip() == "hello"
+    finally:
+        env.cleanup()
+        fake.world.hosts.clear()
+        shutil.rmtree(home, ignore_errors=True)
