@@ -37,7 +37,7 @@ import struct
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, treediff
-from hermes_sandboxes.backends.local.store.base import Store, _test_pause, tree_bytes
+from hermes_sandboxes.backends.local.store.base import Store, tree_bytes
 from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import FileChange
 
@@ -162,22 +162,20 @@ class OverlayStore(RootlessStore):
     def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
         if group is not None:
             raise Unsupported(DISK_LIMIT_REFUSAL)
-        self._copy(source, target)
+        if readonly and self.incremental:  # a checkpoint (staged in the checkpoints directory)
+            directory = target.parent
+            candidates = [(directory / p.name.removesuffix(_MANIFEST), p) for p in directory.glob(f"*{_MANIFEST}")
+                          if not p.name.startswith(".")]
+            mapped.call(increment.checkpoint, source, target, candidates, target.with_name(target.name + _MANIFEST))
+        else:
+            self._copy(source, target)
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
-        if not self.incremental:
-            super().snapshot(name, checkpoint_id)
-            return
-        directory = self.checkpoints_dir(name)
-        candidates = [(directory / p.name.removesuffix(_MANIFEST), p) for p in directory.glob(f"*{_MANIFEST}")
-                      if not p.name.startswith(".")]
-        staged = directory / f".tmp-{checkpoint_id}"
-        mapped.call(increment.checkpoint, self.layer(name), staged, candidates,
-                    directory / f".tmp-{checkpoint_id}{_MANIFEST}")
-        _test_pause("checkpoint-staged")
+        super().snapshot(name, checkpoint_id)
         # the checkpoint first, then its manifest: a manifest never names a missing checkpoint for long
-        staged.rename(self.checkpoint_path(name, checkpoint_id))
-        (directory / f".tmp-{checkpoint_id}{_MANIFEST}").rename(directory / f"{checkpoint_id}{_MANIFEST}")
+        staged = self.checkpoints_dir(name) / f".tmp-{checkpoint_id}{_MANIFEST}"
+        if staged.exists():
+            staged.rename(self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}")
 
     def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
         (self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}").unlink(missing_ok=True)
