@@ -218,7 +218,7 @@ def bench_commands(runs: int, env: dict[str, str], root: Path) -> dict[str, obje
                       "limit_ms": None if limit is None else round(limit, 2),
                       "ratio_to_python": round(statistics.median(samples) / py, 2),
                       "meets_target": None if limit is None else statistics.median(samples) <= limit}
-    rows["not_installed"] = [name for name in PEERS if name not in peers]
+    rows["peers_not_measured"] = [name for name in PEERS if name not in peers]  # not installed, or fails here
     rows["python_c_pass"] = summary(python)
     return rows
 
