@@ -60,7 +60,22 @@ class TestUser:
         return answer
 
 
+def _kill_processes_of(uid: int) -> None:
+    """What the test user still runs (a sandbox's init left by a failed test), by pid: all of it
+    was started by this session, as that user, and would keep its filesystem busy."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            status = (entry / "status").read_text().splitlines()
+            real_uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
+            if real_uid == uid:
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def _remove_user(name: str) -> None:
+    with contextlib.suppress(KeyError):
+        _kill_processes_of(pwd.getpwnam(name).pw_uid)
     subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
     for path in ("/etc/subuid", "/etc/subgid"):  # userdel removes them; make sure of it
         with contextlib.suppress(OSError):
@@ -112,6 +127,7 @@ def user_filesystem(kind: str, user: TestUser, size: str = "1G") -> Iterator[Pat
         os.chmod(scratch, 0o755)
         yield mountpoint
     finally:
+        _kill_processes_of(user.uid)  # a sandbox a failed scenario left running would hold the mount
         # mount -o loop made an auto-clearing loop device: it goes with the unmount
         if mounted and subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mountpoint)], check=False)
