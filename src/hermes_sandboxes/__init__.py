@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name is imported o
         SandboxFileNotFound,
         SandboxNotFound,
         SandboxUnreachable,
+        SpecMismatch,
         Unsupported,
     )
     from hermes_sandboxes.recorder.command import RecordedProcess
@@ -73,7 +74,7 @@ _WHERE = {
     **dict.fromkeys((
         "AuthenticationFailed", "BackendUnavailable", "CheckpointFailed", "CheckpointNotFound", "ExecFailed",
         "InvalidInput", "MissingDependency", "QuotaExceeded", "RateLimited", "SandboxBusy", "SandboxError",
-        "SandboxExists", "SandboxFileNotFound", "SandboxNotFound", "SandboxUnreachable", "Unsupported",
+        "SandboxExists", "SandboxFileNotFound", "SandboxNotFound", "SandboxUnreachable", "SpecMismatch", "Unsupported",
     ), "hermes_sandboxes.errors"),
     **dict.fromkeys(("BackendEntry", "BuildContext"), "hermes_sandboxes.backends"),
     **dict.fromkeys(("RecordedExec", "RecordedSandbox", "RestorePreview", "StoriedCheckpoint"),
@@ -92,7 +93,7 @@ __all__ = [
     "Limits", "MissingDependency", "Process", "QuotaExceeded", "RateLimited", "RecordedExec", "RecordedProcess",
     "RecordedSandbox", "RestorePreview", "Retention", "Sandbox", "SandboxBusy", "SandboxError", "SandboxExists",
     "SandboxFileNotFound", "SandboxInfo", "SandboxNotFound", "SandboxSpec", "SandboxState", "SandboxUnreachable",
-    "StoriedCheckpoint", "Unsupported", "__version__", "backends", "record",
+    "SpecMismatch", "StoriedCheckpoint", "Unsupported", "__version__", "backends", "record",
 ]
 
 

@@ -6,6 +6,7 @@
     ├── InvalidInput                a malformed name, setting or argument; nothing was changed
     ├── SandboxNotFound             no such sandbox (or it was destroyed)
     ├── SandboxExists               the name is taken where a new sandbox was required
+    │   └── SpecMismatch            open() found it made with another spec than the one asked for
     ├── CheckpointNotFound          no such checkpoint in that sandbox
     ├── CheckpointFailed            the automatic checkpoint before a risky command failed; it did not run
     ├── Unsupported                 the backend cannot do this (see ``Backend.capabilities``)

@@ -22,7 +22,7 @@ PUBLIC = [
     "InvalidInput", "Limits", "MissingDependency", "Process", "QuotaExceeded", "RateLimited", "RecordedExec",
     "RecordedProcess", "RecordedSandbox", "RestorePreview", "Retention", "Sandbox", "SandboxBusy", "SandboxError",
     "SandboxExists", "SandboxFileNotFound", "SandboxInfo", "SandboxNotFound", "SandboxSpec", "SandboxState",
-    "SandboxUnreachable", "StoriedCheckpoint", "Unsupported", "__version__", "backends", "record",
+    "SandboxUnreachable", "SpecMismatch", "StoriedCheckpoint", "Unsupported", "__version__", "backends", "record",
 ]
 
 
