@@ -146,3 +146,32 @@ def test_an_attached_terminal_keeps_the_sandbox_up(idle_box: LocalSandbox) -> No
         if slave >= 0:
             os.close(slave)
     assert idle_box.take_idle_stops() == [], "not stopped under an attached terminal"
+
+
+def test_an_idle_stop_ends_the_sandboxs_egress_proxy_too(local_backend: LocalBackend) -> None:
+    import json
+
+    sb = local_backend.create(unique_name("idle"), SandboxSpec(network="proxy", allow=("127.0.0.1:9",),
+                                                               idle_timeout=IDLE_S))
+    try:
+        assert sb.exec("true").exit_code == 0
+        state = json.loads((local_backend.layout.run_dir(sb.name) / "init.json").read_text())
+        proxy = int(state["egress"]["pid"])
+        assert os.path.exists(f"/proc/{proxy}")
+        _wait_stopped(sb)
+        deadline = time.monotonic() + DEADLINE_S
+        while _alive(proxy):
+            assert time.monotonic() < deadline, "the proxy outlived the sandbox's idle stop"
+            time.sleep(0.05)
+        assert sb.exec("true").exit_code == 0, "the next command starts the sandbox and a proxy again"
+    finally:
+        sb.destroy()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to reap it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

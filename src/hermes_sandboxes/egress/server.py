@@ -84,13 +84,24 @@ def _one_line(args: threading.ExceptHookArgs) -> None:
 
 
 def main() -> None:
-    """``CONFIG FD``: the configuration file and the inherited listening socket's descriptor."""
+    """``CONFIG FD [INIT_FD]``: the configuration file, the inherited listening socket's descriptor
+    and (the local backend) a pidfd of the sandbox's init: the proxy exits when that init is gone."""
     threading.excepthook = _one_line
+    if len(sys.argv) > 3:
+        threading.Thread(target=_exit_with, args=(int(sys.argv[3]),), daemon=True, name="init-watch").start()
     config = json.loads(Path(sys.argv[1]).read_text())
     secrets = json.loads(sys.stdin.read() or "{}")
     sys.stdin.close()
     listener = socket.socket(fileno=int(sys.argv[2]))
     build(config, {str(k): str(v) for k, v in secrets.items()}).serve(listener)
+
+
+def _exit_with(pidfd: int) -> None:
+    """Wait until the process behind ``pidfd`` has exited, then end this one."""
+    import select
+
+    select.select([pidfd], [], [])
+    os._exit(0)
 
 
 if __name__ == "__main__":

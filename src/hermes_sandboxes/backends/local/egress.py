@@ -148,12 +148,19 @@ def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[s
                                "headers": list(c.headers)} for c in credentials]}
     paths.write_json(files.config, config, durable=False)
     secrets = {c.name: value for c in credentials if (value := c.load(lookup))}
+    # the init's pidfd: the proxy ends with the incarnation it serves, also when the init stops
+    # itself (idle_timeout) with no host process of ours left to stop the proxy
+    init_fd = os.pidfd_open(init_pid)
     argv = isolated.python_argv("from hermes_sandboxes.egress.server import main; main()", str(files.config),
-                                str(listener.fileno()), packages=_PROXY_PACKAGES)
+                                str(listener.fileno()), str(init_fd), packages=_PROXY_PACKAGES)
     with listener, open(files.log, "ab") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(listener.fileno(),), cwd=isolated.CWD,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}, start_new_session=True)
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(listener.fileno(), init_fd),
+                cwd=isolated.CWD, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                start_new_session=True)
+        finally:
+            os.close(init_fd)
     assert proc.stdin is not None
     try:
         proc.stdin.write(json.dumps(secrets).encode())
