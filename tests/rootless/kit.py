@@ -66,7 +66,15 @@ class TestUser:
 
 
 def create_user(name: str) -> TestUser:
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True, capture_output=True)
+    """useradd, again while another helper's useradd or userdel holds /etc/passwd's lock."""
+    deadline = time.monotonic() + 60
+    while True:
+        made = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True,
+                              text=True, check=False)
+        if made.returncode == 0:
+            break
+        assert "lock" in made.stderr and time.monotonic() < deadline, made.stderr
+        time.sleep(0.2)
     user = TestUser(name)
     user.home.chmod(0o700)
     return user
@@ -75,8 +83,11 @@ def create_user(name: str) -> TestUser:
 def remove_user(name: str) -> None:
     with contextlib.suppress(KeyError):
         TestUser(name).kill_all()
-    subprocess.run(["userdel", "--remove", "--force", name], check=False, capture_output=True)
-    for path in ("/etc/subuid", "/etc/subgid"):  # userdel removes them too; make sure
+    deadline = time.monotonic() + 60
+    while subprocess.run(["userdel", "--remove", "--force", name], capture_output=True, text=True,
+                         check=False).stderr.find("lock") >= 0 and time.monotonic() < deadline:
+        time.sleep(0.2)  # another helper's useradd or userdel holds /etc/passwd's lock
+    for path in ("/etc/subuid", "/etc/subgid"):  # userdel removes them; left only if it failed
         text = Path(path).read_text()
         kept = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"{name}:"))
         if kept != text:

@@ -4,6 +4,7 @@ scripted model), the CLI's demo, and the CLI's commands, all rootless."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.rootless import kit
 
@@ -31,3 +32,22 @@ def test_doctor_as_a_normal_user_says_rootless_and_what_is_enforced(rootless_use
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rootless (uid" in out.stdout and "limits (no delegated cgroup)" in out.stdout
     assert "subordinate ids" in out.stdout and "FAIL" not in out.stdout
+
+
+def test_the_cli_and_its_warm_exec_server_work_as_a_normal_user(rootless_user: kit.TestUser) -> None:
+    cli = str(rootless_user.home / "venv" / "bin" / "hermes-sandboxes")
+    script = (f"{cli} create warm >/dev/null && {cli} exec warm -- echo one && {cli} exec warm -- id -u && "
+              f"{cli} checkpoint create warm -m first >/dev/null && {cli} ls && {cli} rm --yes warm")
+    out = rootless_user.run(["sh", "-c", script])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("one\n0\n") and "\nwarm  running" in out.stdout
+    assert "destroyed warm" in out.stderr
+
+    def command_line(pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    servers = [pid for pid in rootless_user.processes() if b"cli.fastpath.server" in command_line(pid)]
+    assert servers, "no warm exec server of the user's runs"
