@@ -249,6 +249,7 @@ class LocalSandbox(Sandbox):
             "idle_timeout": self.spec.idle_timeout,
             "stops": str(self._stops),
             "use_lock": str(self._use_lock),
+            "shm_bytes": _shm_bytes(self._backend.effective_limits(self.spec.limits).memory_bytes),
         }
 
     def _binds(self) -> list[tuple[str, str]]:
@@ -731,6 +732,13 @@ def _checkpoint_from(record: Mapping[str, Any]) -> Checkpoint:
         comment=str(record.get("comment", "")),
         size_bytes=record.get("size_bytes"),
     )
+
+
+def _shm_bytes(memory_bytes: int | None) -> int | None:
+    """The size of the sandbox's /dev/shm: a quarter of its memory limit. A file there stays charged
+    to the sandbox's memory after the command that wrote it is killed: one that may grow to the
+    limit leaves the init no memory at all, and the OOM killer takes it (the whole sandbox)."""
+    return None if memory_bytes is None else max(memory_bytes // 4, 1 << 20)
 
 
 def _rmtree(path: Path) -> None:

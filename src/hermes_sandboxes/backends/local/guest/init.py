@@ -38,7 +38,7 @@ import struct
 import sys
 import time
 
-from hermes_sandboxes.backends.local.guest import fileops, protocol, rootfs, sessions, stub
+from hermes_sandboxes.backends.local.guest import fileops, oomscore, protocol, rootfs, sessions, stub
 from hermes_sandboxes.backends.local.guest import runner as command
 from hermes_sandboxes.backends.local.guest import syscalls as sc
 
@@ -330,11 +330,15 @@ def _spawn_command(message: dict[str, Any], fds: list[int]) -> int:
         try:
             path = command.enter(cwd, argv, env)  # posix_spawn has no chdir: the child inherits ours
             # posix_spawn (vfork + exec) costs a fraction of os.fork() of this Python process.
-            return os.posix_spawn(
-                path, argv, env,
-                file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
-                setsid=True, setsigdef=command.DEFAULT_SIGNALS,
-            )
+            oomscore.children_first(True)  # inherited at the spawn (see oomscore.py)
+            try:
+                return os.posix_spawn(
+                    path, argv, env,
+                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)],
+                    setsid=True, setsigdef=command.DEFAULT_SIGNALS,
+                )
+            finally:
+                oomscore.children_first(False)
         except OSError as exc:
             raise command.CannotStart(f"{argv[0]}: {exc.strerror}", 126) from None
         finally:
@@ -347,7 +351,14 @@ def _fork_builtin(name: str, message: dict[str, Any], fds: list[int], caps: froz
     """Run a file operation in a forked child. A fork keeps the init's full capabilities (only an
     exec applies the bounding set), so the child first cuts them to what a command gets: it can
     then do nothing root inside could not, reaching /proc/1 included. It dies after a deadline."""
-    pid = os.fork()
+    oomscore.children_first(True)
+    try:
+        pid = os.fork()
+    except OSError:
+        oomscore.children_first(False)
+        raise
+    if pid:
+        oomscore.children_first(False)  # (never in the child: its copy of the descriptor is the init's)
     if pid == 0:
         try:
             signal.set_wakeup_fd(-1)
@@ -394,8 +405,10 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     idmapped = rootfs.build_and_enter(
         lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"], above=cfg.get("trust"),
         idmap_fd=ns_fd, mounter=tuple(ids["outer"]) if ns_fd is not None else None,
-        userxattr=ids.get("mode") == "rootless", binds=[tuple(b) for b in cfg.get("binds", ())])
+        userxattr=ids.get("mode") == "rootless", binds=[tuple(b) for b in cfg.get("binds", ())],
+        shm_bytes=cfg.get("shm_bytes"))
     rootfs.hide(cfg.get("hide", ()))
+    oomscore.hold()  # as host root still: in its user namespace the init may no longer open it
     if ids.get("refused"):
         sys.stderr.write(f"hermes-sandboxes init: no user namespace of its own ({ids['refused']}): root inside "
                          "is host root (its per-user kernel limits are shared)\n")

@@ -54,9 +54,10 @@ def _mount_sys(root: str) -> None:
         sc.mount(sys_dir, sys_dir, None, sc.MS_BIND | sc.MS_REMOUNT | flags)
 
 
-def _mount_dev(root: str, owner: tuple[int, int] | None = None) -> None:
+def _mount_dev(root: str, owner: tuple[int, int] | None = None, shm_bytes: int | None = None) -> None:
     """``owner``: host ids of the sandbox's root (root mode's user namespace), who owns /dev as
-    root inside always did (the proxy's forwarder makes its directory there)."""
+    root inside always did (the proxy's forwarder makes its directory there). ``shm_bytes``: the
+    size of /dev/shm (default the kernel's, half of the host's memory)."""
     dev = f"{root}/dev"
     _ensure_dir(dev)
     ids = f",uid={owner[0]},gid={owner[1]}" if owner else ""
@@ -71,7 +72,8 @@ def _mount_dev(root: str, owner: tuple[int, int] | None = None) -> None:
              "newinstance,ptmxmode=0666,mode=0620")
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     os.mkdir(f"{dev}/shm", 0o1777)
-    sc.mount("tmpfs", f"{dev}/shm", "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=1777")
+    size = f",size={shm_bytes}" if shm_bytes else ""
+    sc.mount("tmpfs", f"{dev}/shm", "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, f"mode=1777{size}")
     os.chmod(f"{dev}/shm", 0o1777)
     for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
@@ -161,7 +163,8 @@ def _mount_overlay(merged: str, options: str, mounter: tuple[int, int] | None) -
 def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
                     above: list[tuple[str, str, bytes, int, int, int, int, int]] | None = None,
                     idmap_fd: int | None = None, mounter: tuple[int, int] | None = None,
-                    userxattr: bool = False, binds: list[tuple[str, str]] | tuple[()] = ()) -> bool:
+                    userxattr: bool = False, binds: list[tuple[str, str]] | tuple[()] = (),
+                    shm_bytes: int | None = None) -> bool:
     """Mount the overlay root at ``merged`` and make it this process's ``/``. ``above``: entries of
     a read-only layer stacked over the base, under the writable layer (trust.py's). Root mode
     (``idmap_fd``, ``mounter``: the sandbox's user namespace and the host ids of its root): the
@@ -198,7 +201,7 @@ def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
                 _ensure_dir(f"{merged}/{name}", mode)
     _mount_proc(merged)
     _mount_sys(merged)
-    _mount_dev(merged, mounter if idmapped else None)
+    _mount_dev(merged, mounter if idmapped else None, shm_bytes)
     for host, inside in binds:  # read-only: the sandbox reaches what is there, changes nothing of the host
         _ensure_dir(merged + inside)
         sc.mount(host, merged + inside, None, sc.MS_BIND)

@@ -29,7 +29,7 @@ import signal
 import socket
 import time
 
-from hermes_sandboxes.backends.local.guest import protocol
+from hermes_sandboxes.backends.local.guest import oomscore, protocol
 from hermes_sandboxes.backends.local.guest import runner as command
 from hermes_sandboxes.backends.local.guest import syscalls as sc
 
@@ -161,12 +161,16 @@ def start(group_procs: int, group: str) -> Stub:
     """Fork a stub that moves itself into the group whose ``cgroup.procs`` is open as
     ``group_procs``. Raises OSError (EAGAIN at the pids limit) if no process can be made."""
     mine, theirs = socket.socketpair()
+    oomscore.children_first(True)  # a stub becomes a command: it is made with a command's score
     try:
         pid = os.fork()
     except OSError:
+        oomscore.children_first(False)
         mine.close()
         theirs.close()
         raise
+    if pid:
+        oomscore.children_first(False)
     if pid == 0:
         try:
             _serve(theirs, group_procs)

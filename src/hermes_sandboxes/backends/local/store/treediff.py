@@ -55,8 +55,14 @@ class Budget(NamedTuple):
 class _Spend:
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
-        self.count = 0
+        self.count = self.ticks = 0
         self.deadline = time.monotonic() + budget.seconds
+
+    def tick(self) -> None:
+        self.ticks += 1
+        if self.ticks % 1024 == 0 and time.monotonic() > self.deadline:
+            raise TooBig(f"the diff stopped after {self.budget.seconds:g} s (its time limit), having walked "
+                         f"{self.count:,} entries: what changed is more than a diff can work out in time")
 
     def one(self) -> None:
         self.count += 1
@@ -144,6 +150,7 @@ def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
         base = _Base(lower, old, new)
         changes: list[FileChange] = []
         for rel in sorted(old.entries.keys() | new.entries.keys()):
+            spend.tick()  # the time budget covers this second pass too
             change = _classify("/" + rel, old, new, rel, old.entries.get(rel), new.entries.get(rel),
                                functools.partial(base.entry, rel))
             if change is not None:
