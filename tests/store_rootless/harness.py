@@ -73,6 +73,18 @@ def _kill_processes_of(uid: int) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
+def _remove_orphans(prefix: str) -> None:
+    """Users ``<prefix>-<pid>`` of runs that were killed before their clean-up (their pid is gone)."""
+    for line in Path("/etc/passwd").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        pid = name.removeprefix(f"{prefix}-")
+        if name.startswith(f"{prefix}-") and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            home = rest.split(":")[4] if rest.count(":") >= 4 else ""
+            _remove_user(name)
+            if home.startswith(f"/tmp/{name}-home-"):
+                _remove_as_root(Path(home))
+
+
 def _remove_user(name: str) -> None:
     with contextlib.suppress(KeyError):
         _kill_processes_of(pwd.getpwnam(name).pw_uid)
@@ -90,6 +102,7 @@ def unprivileged_user(prefix: str = "hs-rootstore") -> Iterator[TestUser]:
     """A new user ``<prefix>-<pid>`` with a subordinate id block, removed (with its block) at the end."""
     for tool in ("newuidmap", "mmdebstrap", "mkfs.xfs"):
         assert shutil.which(tool), f"{tool} missing: scripts/setup.sh test installs uidmap, mmdebstrap, xfsprogs"
+    _remove_orphans(prefix)
     name = f"{prefix}-{os.getpid()}"
     home = Path(tempfile.mkdtemp(prefix=f"{name}-home-", dir="/tmp"))
     try:
