@@ -93,6 +93,9 @@ def test_root_inside_is_a_host_id_of_the_sandboxs_own_block(local_backend: Local
     sh(sandbox, "test $(stat -c %u /etc/passwd) = 0 && echo x >> /etc/passwd && rm /usr/bin/zcat && chown 1000 /srv")
     with new_sandbox(local_backend) as other:
         assert sh(other, "cat /proc/self/uid_map").stdout.split()[1] != str(start)
+        # the claims name every store and sandbox of the machine: not for a sandbox to read
+        assert any(userns.RANGE_CLAIMS.iterdir())
+        assert sh(other, f"ls -A {userns.RANGE_CLAIMS}").stdout == ""
 
 
 def test_filling_inotify_instances_inside_leaves_host_root_its_own(sandbox: LocalSandbox) -> None:

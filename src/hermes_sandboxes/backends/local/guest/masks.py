@@ -36,7 +36,10 @@ OPAQUE_XATTR = "trusted.overlay.opaque"
 
 # Directories whose host content a sandbox must not see. /tmp and /var/tmp hold other programs'
 # sockets and scratch files; the sandbox gets its own, empty ones.
-DEFAULT_MASKED_DIRS = ("/home", "/root", "/tmp", "/var/tmp", "/run/secrets", "/var/lib/hermes-sandboxes")
+# /var/lib/hermes-sandboxes-ids: root mode's claims of id blocks (userns.RANGE_CLAIMS), which name
+# every store home and sandbox on the machine.
+DEFAULT_MASKED_DIRS = ("/home", "/root", "/tmp", "/var/tmp", "/run/secrets", "/var/lib/hermes-sandboxes",
+                       "/var/lib/hermes-sandboxes-ids")
 # Files (globs allowed) that appear deleted inside the sandbox.
 DEFAULT_MASKED_FILES = ("/etc/ssh/ssh_host_*_key", "/etc/ssh/ssh_host_*_key.pub")
 SCRUBBED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
