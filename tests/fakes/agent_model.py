@@ -1,6 +1,7 @@
 """A scripted model on 127.0.0.1 for real coding-agent clients: Codex CLI (the OpenAI Responses API,
 ``POST /v1/responses``), Claude Code (the Anthropic Messages API, ``POST /v1/messages``) and Gemini
-CLI (``:streamGenerateContent``), streamed as server-sent events, as those clients ask.
+CLI (``:streamGenerateContent``) and opencode (chat completions, ``POST /v1/chat/completions``),
+streamed as server-sent events, as those clients ask.
 
 The script is a list of steps; each sees what the model was told so far (every tool result of the
 conversation, oldest first) and returns either a tool call (``use``) of one of the MCP server's
@@ -8,8 +9,8 @@ tools, by its bare name, or the final text (``say``). Which step answers a reque
 tool results in it, so a client's side requests (titles, summaries: no MCP tools offered) get a
 short text and never advance the script. Each client's way of naming MCP tools is applied here:
 Codex groups them in a ``namespace`` tool ``mcp__<server>``; Claude Code flattens them to
-``mcp__<server>__<tool>``, Gemini CLI to ``mcp_<server>_<tool>``. Every request is recorded, so a
-test asserts on what the model was told and which tools it was offered.
+``mcp__<server>__<tool>``, Gemini CLI to ``mcp_<server>_<tool>``, opencode to ``<server>_<tool>``.
+Every request is recorded, so a test asserts on what the model was told and which tools it was offered.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Recorded:
     path: str
     body: dict[str, Any]
     told: Told
+    offers: bool = False  # the request offered the MCP server's tools (the agent loop's, not a side call)
 
 
 @dataclass
@@ -87,8 +89,7 @@ class AgentModel:
 
     def agent_requests(self) -> list[Recorded]:
         """The requests that offered the MCP server's tools (the agent loop's, not side calls)."""
-        return [r for r in self.requests if any(f"mcp_{self.server}" in t or f"mcp__{self.server}" in t
-                                                for t in r.told.tools)]
+        return [r for r in self.requests if r.offers]
 
 
 # -- the OpenAI Responses API (Codex CLI) ---------------------------------------------------------
@@ -158,6 +159,35 @@ def _gemini_answer(model: AgentModel, answer: Use | str) -> dict[str, Any]:
             "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}}
 
 
+# -- the OpenAI chat completions API (opencode, through @ai-sdk/openai-compatible) ----------------
+
+def _chat_told(body: dict[str, Any]) -> Told:
+    results = []
+    for message in body.get("messages") or []:
+        if message.get("role") == "tool":
+            content = message.get("content")
+            results.append(content if isinstance(content, str) else
+                           "".join(str(p.get("text", "")) for p in content or [] if isinstance(p, dict)))
+    return Told(tuple(results), tuple(str(t.get("function", {}).get("name")) for t in body.get("tools") or []))
+
+
+def _chat_events(model: AgentModel, answer: Use | str) -> list[tuple[str, dict[str, Any]]]:
+    base = {"id": model.next_id("chatcmpl"), "object": "chat.completion.chunk", "created": 0, "model": "scripted"}
+    if isinstance(answer, Use):
+        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "id": model.next_id("call"), "type": "function",
+                                                 "function": {"name": f"{model.server}_{answer.tool}",
+                                                              "arguments": json.dumps(answer.arguments)}}]}
+        finish = "tool_calls"
+    else:
+        delta, finish = {"content": answer}, "stop"
+    chunks: list[dict[str, Any]] = [
+              {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+              {"choices": [{"index": 0, "delta": delta}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+              {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}]
+    return [("", {**base, **chunk}) for chunk in chunks]
+
+
 # -- the Anthropic Messages API (Claude Code) -----------------------------------------------------
 
 def _messages_told(body: dict[str, Any]) -> Told:
@@ -211,8 +241,8 @@ def _handler(model: AgentModel) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # model listings and probes: nothing to offer
-            self._json(200, {"object": "list", "data": [], "models": []})
+        def do_GET(self) -> None:  # model listings and probes
+            self._json(200, {"object": "list", "data": [{"id": "scripted-model", "object": "model"}], "models": []})
 
         def do_HEAD(self) -> None:
             self.send_response(200)
@@ -230,7 +260,7 @@ def _handler(model: AgentModel) -> type[BaseHTTPRequestHandler]:
                 told = _gemini_told(body)
                 offers = any(t.startswith(f"mcp_{model.server}_") for t in told.tools)
                 with model.lock:
-                    model.requests.append(Recorded(path, body, told))
+                    model.requests.append(Recorded(path, body, told, offers))
                 # Gemini CLI's side calls (its model router) want JSON back
                 answer = model.answer(told, offers) if offers else '{"reasoning": "simple", "model_choice": "flash"}'
                 payload = _gemini_answer(model, answer)
@@ -238,6 +268,12 @@ def _handler(model: AgentModel) -> type[BaseHTTPRequestHandler]:
                     self._json(200, payload)
                     return
                 events: list[tuple[str, dict[str, Any]]] = [("", payload)]
+            elif path.endswith("/chat/completions"):
+                told = _chat_told(body)
+                offers = any(t.startswith(f"{model.server}_") for t in told.tools)
+                with model.lock:
+                    model.requests.append(Recorded(path, body, told, offers))
+                events = _chat_events(model, model.answer(told, offers))
             elif path.endswith("/responses"):
                 told = _responses_told(body)[0]
                 events = _responses_events(model, self._answer(path, body, told))
@@ -255,13 +291,15 @@ def _handler(model: AgentModel) -> type[BaseHTTPRequestHandler]:
             for name, data in events:
                 head = f"event: {name}\n" if name else ""
                 self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+            if path.endswith("/chat/completions"):
+                self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True
 
         def _answer(self, path: str, body: dict[str, Any], told: Told) -> Use | str:
-            with model.lock:
-                model.requests.append(Recorded(path, body, told))
             offers = any(f"mcp__{model.server}" in t for t in told.tools)
+            with model.lock:
+                model.requests.append(Recorded(path, body, told, offers))
             return model.answer(told, offers)
 
     return Handler

@@ -1,5 +1,5 @@
-"""Real agent clients end to end: Codex CLI, Claude Code and Gemini CLI (pinned, installed from npm by
-tests/mcp/clients.sh), each run non-interactively against the scripted model of tests/fakes on
+"""Real agent clients end to end: Codex CLI, Claude Code, Gemini CLI and opencode (pinned, installed
+from npm by tests/mcp/clients.sh), each run non-interactively against the scripted model of tests/fakes on
 127.0.0.1 with ``hermes-sandboxes mcp`` attached over stdio, as a user would configure it (and Claude
 Code and Codex also over ``--http`` with the bearer token).
 
@@ -257,6 +257,36 @@ def test_gemini_cli_restores_the_checkpoint_its_rm_rf_was_told_about(
         assert "The project is back." in run.stdout
         offered = model.model.agent_requests()[0].told.tools
         assert "run_shell_command" not in offered and f"mcp_{SERVER}_exec" in offered, offered
+        check_the_story(model, local_backend, prefix)
+    finally:
+        _remove(local_backend, f"{prefix}-proj")
+
+
+def test_opencode_restores_the_checkpoint_its_rm_rf_was_told_about(
+        clients: Path, model: AgentModelServer, local_backend: LocalBackend, prefix: str, tmp_path: Path) -> None:
+    model.play(script())
+    command, args, env = server_command(local_backend, prefix)
+    config = tmp_path / "opencode.json"
+    config.write_text(json.dumps({
+        "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "scripted", "models": {
+            "scripted-model": {"name": "scripted-model"}}, "options": {"baseURL": f"{model.url}/v1", "apiKey": "x"}}},
+        "model": "scripted/scripted-model",
+        "mcp": {SERVER: {"type": "local", "command": [command, *args], "environment": env, "enabled": True}},
+        "permission": {"bash": "deny"},  # its own shell off
+        "autoupdate": False, "share": "disabled"}))
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        run = subprocess.run(
+            [str(clients / "opencode"), "run", "Put a small project in a sandbox, then clean up."],
+            cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+            env=_client_env(tmp_path, OPENCODE_CONFIG=str(config), OPENCODE_DISABLE_PROJECT_CONFIG="1",
+                            OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1",
+                            OPENCODE_DISABLE_LSP_DOWNLOAD="1", OPENCODE_DISABLE_DEFAULT_PLUGINS="1"))
+        assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+        assert "The project is back." in run.stdout
+        offered = model.model.agent_requests()[0].told.tools
+        assert "bash" not in offered and f"{SERVER}_exec" in offered, offered
         check_the_story(model, local_backend, prefix)
     finally:
         _remove(local_backend, f"{prefix}-proj")
