@@ -48,6 +48,8 @@ def confinement() -> dict[str, Any]:
         seen["ps"] = sb.exec("ps -e -o pid=,comm=").stdout
         seen["uid_map"] = sb.exec("cat /proc/self/uid_map").stdout
         sb.destroy()
+        masked = LocalBackend(backend.home, masks=("/etc/apt", "/etc/debian_version")).create("masked")
+        seen["masked"] = masked.exec("ls -A /etc/apt; cat /etc/debian_version; touch /etc/apt/x; echo $?").stdout
     finally:
         for name in backend.names():
             backend.get(name).destroy()

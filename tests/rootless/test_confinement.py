@@ -25,6 +25,11 @@ def test_the_users_home_its_secrets_and_the_hosts_tmp_are_invisible(seen: dict[s
     assert seen["grep"] == "", f"the planted secret is readable inside at: {seen['grep']}"
 
 
+def test_configured_masks_hide_their_directory_and_file_inside(seen: dict[str, Any]) -> None:
+    assert seen["masked"].splitlines()[-1] != "0"  # an empty read-only directory, an empty file
+    assert seen["masked"].splitlines()[:-1] == []
+
+
 def test_files_the_user_owns_cannot_be_written_from_inside(seen: dict[str, Any]) -> None:
     assert seen["owned_after"] == "mine\n"
 
