@@ -232,6 +232,10 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["c2_shares_changed"] = _inode(c2 / "upper/etc/added") == _inode(ck / "upper/etc/added")
     out["diff_c1_c2"] = _changes(store, ck, c2, base)
     out["usage"] = list(usage.sandbox_bytes(store, "a"))  # layer, checkpoints, exclusive (df)
+    out["changed_since_c2"] = [store.changed_since("a", "c2")]
+    mapped.call(_in_overlay, base, layer, [("append", "etc/added", "x")], fresh=True)
+    out["changed_since_c2"].append(store.changed_since("a", "c2"))
+    mapped.call(_in_overlay, base, layer, [("write", "etc/added", "added\nmore\n")], fresh=True)  # as c2 had it
     out["view_live"] = mapped.call(_read_view, base, layer, fresh=True)
     store.restore("a", "c1", disk_limit=None)
     out["view_restored_c1"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)

@@ -100,6 +100,14 @@ def test_overlay_checkpoints_copy_only_what_changed_since_the_previous_one(seen:
     assert result["c3_shares_with_c2"] is False
 
 
+def test_the_overlay_store_tells_an_unchanged_layer_from_its_manifest(seen: Any) -> None:
+    """Right after a checkpoint: unchanged (False); after a write: changed. (An overlay mount may
+    move an entry's ctime without a change, which reads as changed: never the other way.) The
+    other kinds cannot tell without walking (None), as root's copy store."""
+    fs, result = seen
+    assert result["changed_since_c2"] == ([False, True] if fs == "ext4" else [None, None])
+
+
 def test_df_counts_what_removing_the_sandbox_would_give_back(seen: Any) -> None:
     fs, result = seen
     layer, checkpoints, exclusive = result["usage"]

@@ -89,6 +89,20 @@ def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], m
         raise _refusal(exc) from None
 
 
+def unchanged(layer: Path, manifest: Path) -> bool | None:
+    """Whether ``layer`` is entry for entry what it was when ``manifest`` was written (None: the
+    manifest speaks for another layer, or cannot be read). Costs one lstat per entry."""
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    upper = layer / "upper"
+    if data.get("upper") != _ident(upper):
+        return None
+    then = {rel: tuple(v) for rel, v in data["files"].items()}
+    return scan(upper) == then
+
+
 def _refusal(exc: OSError) -> SandboxError:
     why = exc.strerror or str(exc)
     if exc.errno == errno.ENAMETOOLONG:  # cp -a fails there as well: it copies by path too

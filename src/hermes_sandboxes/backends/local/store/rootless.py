@@ -177,6 +177,15 @@ class OverlayStore(RootlessStore):
         if staged.exists():
             staged.rename(self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}")
 
+    def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
+        """From the checkpoint's manifest: False when no entry of the live layer changed since (an
+        automatic checkpoint can then reuse it); None for a layer it was not taken of."""
+        manifest = self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}"
+        if not self.incremental or not manifest.exists():
+            return None
+        same = mapped.call(increment.unchanged, self.layer(name), manifest)
+        return None if same is None else not same
+
     def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
         (self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}").unlink(missing_ok=True)
         super().delete_checkpoint(name, checkpoint_id)
