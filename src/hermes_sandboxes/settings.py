@@ -52,7 +52,7 @@ def _yaml_hint(value: object, expected: str) -> str:
     return f"{value!r} was read as {kind}, not text; expected {expected} (put the value in quotes)"
 
 
-def _require_text(value: object, expected: str) -> str:
+def require_text(value: object, expected: str) -> str:
     if not isinstance(value, str):
         raise ValueError(_yaml_hint(value, expected))
     return value
@@ -62,7 +62,7 @@ def _size(value: object, expected: str, minimum: int, too_small: str) -> int:
     """A size with a unit (a bare number is refused), at least ``minimum`` bytes."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise ValueError(f"{value!r} has no unit (bytes? megabytes?); expected {expected}, in quotes")
-    text = _require_text(value, expected)
+    text = require_text(value, expected)
     try:
         size = parse_size(text, unit_required=True)
     except InvalidInput as exc:
@@ -72,7 +72,7 @@ def _size(value: object, expected: str, minimum: int, too_small: str) -> int:
     return size
 
 
-def _whole_number(value: object, minimum: int, what: str, maximum: int | None = None) -> int:
+def whole_number(value: object, minimum: int, what: str, maximum: int | None = None) -> int:
     expected = f"a whole number of {what}, at least {minimum}"
     number = _require_number(value, expected)
     if not isinstance(number, int) or number < minimum:
@@ -82,21 +82,21 @@ def _whole_number(value: object, minimum: int, what: str, maximum: int | None = 
     return number
 
 
-def _absolute_path(value: object, expected: str = "an absolute path") -> str:
-    text = _require_text(value, expected)
+def absolute_path(value: object, expected: str = "an absolute path") -> str:
+    text = require_text(value, expected)
     if not text.startswith("/"):
         raise ValueError(f"{text!r} is not an absolute path")
     return text
 
 
-def _flag(value: object) -> bool:
+def flag(value: object) -> bool:
     """Only YAML's own booleans: a quoted "false" would otherwise be a truthy string."""
     if not isinstance(value, bool):
         raise ValueError(f"got {value!r}; expected true or false (unquoted)")
     return value
 
 
-def _text_mapping(value: object, *, max_entries: int, example: str) -> dict[str, str]:
+def text_mapping(value: object, *, max_entries: int, example: str) -> dict[str, str]:
     """A mapping of non-empty text keys to text values (labels, metadata)."""
     if not isinstance(value, Mapping):
         raise ValueError(f"expected a mapping of text to text, e.g. {example}")
@@ -106,11 +106,11 @@ def _text_mapping(value: object, *, max_entries: int, example: str) -> dict[str,
     for key, item in value.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"key {key!r} must be non-empty text")
-        result[key] = _require_text(item, f"text for key {key!r}")
+        result[key] = require_text(item, f"text for key {key!r}")
     return result
 
 
-def _allow_list(value: object) -> tuple[str, ...]:
+def allow_list(value: object) -> tuple[str, ...]:
     """An egress allow-list in the portable grammar (allowlist.py), presets included."""
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError("expected a list of hosts, e.g. [pypi.org, '*.pythonhosted.org', '127.0.0.1:8080']")
@@ -159,7 +159,7 @@ class BackendSettings(BaseModel):
     @field_validator("name_prefix", mode="before")
     @classmethod
     def _prefix(cls, value: object) -> str:
-        text = _require_text(value, "lowercase letters, digits and single hyphens")
+        text = require_text(value, "lowercase letters, digits and single hyphens")
         if len(text) > MAX_PREFIX_LENGTH:
             raise ValueError(f"{text!r} is {len(text)} characters; at most {MAX_PREFIX_LENGTH} are allowed")
         if not NAME_RE.match(text):
@@ -172,7 +172,7 @@ class BackendSettings(BaseModel):
     @field_validator("scope", mode="before")
     @classmethod
     def _scope(cls, value: object) -> str:
-        text = _require_text(value, "'session' or 'instance'")
+        text = require_text(value, "'session' or 'instance'")
         if text not in ("session", "instance"):
             raise ValueError(f"{text!r} is not a scope; use 'session' or 'instance'")
         return text
@@ -184,7 +184,7 @@ class BackendSettings(BaseModel):
             return "off"
         if value is True:
             raise ValueError("true does not say which policy; use 'risky' or 'always'")
-        text = _require_text(value, "'off', 'risky' or 'always'")
+        text = require_text(value, "'off', 'risky' or 'always'")
         if text not in ("off", "risky", "always"):
             raise ValueError(f"{text!r} is not a policy; use 'off', 'risky' or 'always'")
         return text
@@ -192,7 +192,7 @@ class BackendSettings(BaseModel):
     @field_validator("retention", mode="before")
     @classmethod
     def _retention(cls, value: object) -> int:
-        return _whole_number(value, 1, "checkpoints")
+        return whole_number(value, 1, "checkpoints")
 
     @field_validator("retention_bytes", mode="before")
     @classmethod
@@ -226,7 +226,7 @@ class BackendSettings(BaseModel):
     @field_validator("protected_paths", mode="before")
     @classmethod
     def _protected(cls, value: object) -> tuple[str, ...]:
-        return _absolute_paths(value)
+        return absolute_paths(value)
 
     @field_validator("idle_timeout", mode="before")
     @classmethod
@@ -244,7 +244,7 @@ class BackendSettings(BaseModel):
     @field_validator("health_command", mode="before")
     @classmethod
     def _health(cls, value: object) -> str:
-        text = _require_text(value, "a shell command line, e.g. 'cd /root/app && pytest -q'")
+        text = require_text(value, "a shell command line, e.g. 'cd /root/app && pytest -q'")
         if not text.strip():
             raise ValueError("is empty; remove the key (or set it to null) to run no health command")
         return text
@@ -275,7 +275,7 @@ class SpecSettings(BackendSettings):
     @classmethod
     def _network(cls, value: object) -> str:
         modes = ", ".join(repr(m) for m in NETWORK_MODES)
-        text = _require_text(value, modes)
+        text = require_text(value, modes)
         if text not in NETWORK_MODES:
             raise ValueError(f"{text!r} is not a network mode; use one of {modes}")
         return text
@@ -283,7 +283,7 @@ class SpecSettings(BackendSettings):
     @field_validator("allow", mode="before")
     @classmethod
     def _allow(cls, value: object) -> tuple[str, ...]:
-        return _allow_list(value)
+        return allow_list(value)
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -300,7 +300,7 @@ class SpecSettings(BackendSettings):
     @field_validator("pids", mode="before")
     @classmethod
     def _pids(cls, value: object) -> int:
-        return _whole_number(value, 8, "processes")
+        return whole_number(value, 8, "processes")
 
     @field_validator("cpus", mode="before")
     @classmethod
@@ -316,10 +316,10 @@ class SpecSettings(BackendSettings):
                                          disk_bytes=self.disk), idle_timeout=self.idle_timeout)
 
 
-def _absolute_paths(value: object) -> tuple[str, ...]:
+def absolute_paths(value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ValueError("expected a list of absolute paths")
-    return tuple(_absolute_path(item) for item in value)
+    return tuple(absolute_path(item) for item in value)
 
 
 S = TypeVar("S", bound=BackendSettings)

@@ -133,3 +133,17 @@ def test_the_rootless_benchmark_runs_in_quick_mode_and_writes_both_modes(tmp_pat
 def _bench_users() -> set[str]:
     return {line.split(":")[0] for line in Path("/etc/passwd").read_text().splitlines()
             if line.startswith("hs-rootstore-bench-")}
+
+
+RESTORE_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_restore.py"
+
+
+def test_the_restore_benchmark_runs_and_writes_the_cli_overhead(tmp_path: Path, scratch: Path) -> None:
+    out = tmp_path / "restore.json"
+    proc = subprocess.run([sys.executable, str(RESTORE_BENCH), "--runs", "2", "--history", "10", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=_env(scratch))
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert results["cli_restore_p50_ms"] > 0 and results["backend_restore_p50_ms"] > 0
+    assert "| CLI `checkpoint restore --yes`" in proc.stdout
+    assert list(scratch.iterdir()) == [], "the benchmark left its store behind"

@@ -307,6 +307,16 @@ def test_exec_checkpoint_off_and_always_override_the_default(home: Path, box: Lo
     assert_one_line_error(hs(home, "exec", box.name, "--checkpoint", "sometimes", "--", "true"), exit_code=2)
 
 
+def test_exec_checkpoint_risky_is_named_as_the_setting_and_auto_still_means_it(home: Path, box: LocalSandbox) -> None:
+    ok(home, "exec", box.name, "--checkpoint", "risky", "--", "rm -rf /root/one")
+    assert len(checkpoint_ids(home, box.name)) == 1
+    ok(home, "exec", box.name, "--checkpoint", "off", "--", "touch /root/changed")  # (else the first is reused)
+    ok(home, "exec", box.name, "--checkpoint", "auto", "--", "rm -rf /root/two")  # the old word
+    assert len(checkpoint_ids(home, box.name)) == 2
+    help_text = " ".join(ok(home, "exec", "--help").stdout.split())
+    assert "[risky|always|off]" in help_text and "default: the setting auto_checkpoint" in help_text
+
+
 # -- run -------------------------------------------------------------------------------------------
 
 

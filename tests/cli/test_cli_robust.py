@@ -331,7 +331,7 @@ def test_exec_imports_neither_click_rich_pydantic_nor_the_risk_parser_once_setti
     ok(home, "config")  # the full CLI validates the settings and caches them
     done, modules = _imported(home, "exec", box.name, "-e", "A=1", "-w", "/tmp", "--", "ls", "/tmp")
     assert done.returncode == 0 and done.stdout == b"", done
-    assert not {"click", "rich", "pydantic", "yaml", "hermes_sandboxes.risk.scan"} & modules, modules
+    assert not {"click", "rich", "pydantic", "yaml", "hermes_sandboxes.risk._scan"} & modules, modules
     assert [r["command"] for r in log_of(home, box.name)] == ["ls /tmp"]
     # what the fast path does not know, the full CLI handles, with the same messages
     done, modules = _imported(home, "exec", box.name, "--env", "NOEQUALS", "--", "true")
@@ -345,7 +345,7 @@ def test_exec_imports_neither_click_rich_pydantic_nor_the_risk_parser_once_setti
 # logging, subprocess, the store, launcher and egress policy of the local backend.
 _NOT_ON_THE_EXEC_PATH = {
     "click", "rich", "pydantic", "yaml", "hermes_sandboxes.cli.config", "hermes_sandboxes.settings",
-    "hermes_sandboxes.risk.scan", "hermes_sandboxes.risk.shell", "hermes_sandboxes.recorder.diffsummary",
+    "hermes_sandboxes.risk._scan", "hermes_sandboxes.risk._shell", "hermes_sandboxes.recorder.diffsummary",
     "dataclasses", "inspect", "typing", "hashlib", "logging", "subprocess", "shutil", "secrets", "random",
     "importlib.util", "hermes_sandboxes.backends.local.store.base", "hermes_sandboxes.backends.local.launcher",
     "hermes_sandboxes.allowlist",

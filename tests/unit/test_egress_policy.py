@@ -78,14 +78,14 @@ def test_the_broker_swaps_bearer_and_basic_placeholders_for_its_hosts_in_the_hea
 
 
 def test_the_broker_refuses_a_placeholder_sent_anywhere_else_or_in_cleartext() -> None:
-    from hermes_sandboxes.egress.broker import Refused
+    from hermes_sandboxes.egress.broker import CredentialRefused
 
-    with pytest.raises(Refused):
+    with pytest.raises(CredentialRefused):
         _broker().apply("evil.example.net", 443, RequestHead("GET", "/", "HTTP/1.1", [("X-Token", "PH-123")]),
                         tls=True)
-    with pytest.raises(Refused):
+    with pytest.raises(CredentialRefused):
         _broker().apply("evil.example.net", 443, RequestHead("GET", "/?t=PH-123", "HTTP/1.1", []), tls=True)
-    with pytest.raises(Refused, match="TLS"):
+    with pytest.raises(CredentialRefused, match="TLS"):
         _broker().apply("api.example.com", 80, RequestHead("GET", "/", "HTTP/1.1", [("Authorization", "PH-123")]),
                         tls=False)
     plain = RequestHead("GET", "/", "HTTP/1.1", [("Accept", "*/*")])

@@ -118,3 +118,15 @@ def test_no_hermes_plugin_nor_mcp_module_imports_a_backend_module() -> None:
 def test_the_checker_sees_imports_inside_functions() -> None:
     """The recorder imports the allow-list grammar inside a method: the walk must find it."""
     assert ("hermes_sandboxes.recorder.sandbox", "hermes_sandboxes.allowlist") in _imports()
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name another module needs is public there; what is private to a package lives in an
+    underscore module with public names (``risk/_scan.py``), never as ``_name`` imported across."""
+    private = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hermes_sandboxes"):
+                private += [f"{_module_of(path)}: from {node.module} import {alias.name}" for alias in node.names
+                            if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert private == []

@@ -41,23 +41,28 @@ if TYPE_CHECKING:  # both import what the hot path (exec) avoids: pydantic, the 
     from hermes_sandboxes.cli import config
     from hermes_sandboxes.risk import CheckpointPolicy
 
-    CliPolicy = Literal["auto", "always", "off"]
+    CliPolicy = Literal["risky", "always", "off"]
 
-CLI_POLICIES: tuple[CliPolicy, ...] = ("auto", "always", "off")
-# The CLI says "auto" (what a user expects to type); the recorder calls the same policy "risky".
-_RECORDER_POLICY: dict[str, CheckpointPolicy] = {"auto": "risky", "always": "always", "off": "off"}
+# The names of the settings' auto_checkpoint and of the recorder; "auto", the CLI's old word for
+# "risky", is still taken (OLD_SPELLINGS) so that scripts written for it keep working.
+CLI_POLICIES: tuple[CliPolicy, ...] = ("risky", "always", "off")
+OLD_SPELLINGS: dict[str, CliPolicy] = {"auto": "risky"}
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CRED|AUTH", re.IGNORECASE)
 
 
 def cli_policy(setting: object) -> CliPolicy:
-    """The ``--checkpoint`` value the ``auto_checkpoint`` setting means (its default: auto)."""
-    return {"risky": "auto", "always": "always", "off": "off"}.get(str(setting), "auto")  # type: ignore[return-value]
+    """The ``--checkpoint`` value the ``auto_checkpoint`` setting means (the same name; its default:
+    risky)."""
+    text = str(setting)
+    return text if text in CLI_POLICIES else "risky"
 
 
-def recorder_policy(policy: CliPolicy) -> CheckpointPolicy:
+def recorder_policy(policy: str) -> CheckpointPolicy:
+    """The checkpoint policy ``policy`` names (an old spelling included); InvalidInput otherwise."""
+    policy = OLD_SPELLINGS.get(policy, policy)
     if policy not in CLI_POLICIES:
         raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
-    return _RECORDER_POLICY[policy]
+    return policy
 
 
 class Workspace:
@@ -226,8 +231,7 @@ class Session:
 
     def __init__(self, sandbox: Sandbox, state: HostState, *, policy: CliPolicy = "off",
                  secrets: Mapping[str, str] | None = None, settings: Mapping[str, Any] | None = None) -> None:
-        if policy not in CLI_POLICIES:
-            raise InvalidInput(f"unknown checkpoint policy {policy!r}: use one of {', '.join(CLI_POLICIES)}")
+        chosen = recorder_policy(policy)
         self.sandbox = sandbox
         self._state = state
         kept = _secret_values(secrets or {})
@@ -235,7 +239,7 @@ class Session:
         # its housekeeping is recorded as such (hermes/sync/restores.py)
         self.recorded = state.recorded(sandbox, redact=Redactor(kept).redact if kept else None,
                                        hooks=restores.hooks(state.root),
-                                       **recorder_options(_RECORDER_POLICY[policy], settings or {}))
+                                       **recorder_options(chosen, settings or {}))
 
     @property
     def name(self) -> str:
@@ -252,7 +256,7 @@ class Session:
              on_stdout: OutputSink | None = None, on_stderr: OutputSink | None = None) -> RecordedExec:
         """Run a command, journaled, after an automatic checkpoint if the policy wants one (the
         demo's way; ``exec`` and ``run`` go through ``running.run_command``)."""
-        checkpoint = None if policy is None else _RECORDER_POLICY[policy]
+        checkpoint = None if policy is None else recorder_policy(policy)
         return self.recorded.exec(command, checkpoint=checkpoint, cwd=cwd, env=env, timeout=timeout,
                                   on_stdout=on_stdout, on_stderr=on_stderr)
 

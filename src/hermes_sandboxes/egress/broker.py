@@ -90,7 +90,7 @@ def new_placeholder(name: str) -> str:
     return f"hsb-placeholder-{name.lower()}-{_random.token_hex(12)}"
 
 
-class Refused(Exception):
+class CredentialRefused(Exception):
     """A request carries a placeholder to a host its credential is not for, or in cleartext."""
 
 
@@ -134,7 +134,7 @@ class Broker:
 
     def apply(self, host: str, port: int, head: RequestHead, *, tls: bool) -> str | None:
         """Rewrite ``head`` in place for ``host:port`` (``tls``: the connection to the server is
-        encrypted); the credential used, if any. Raises Refused."""
+        encrypted); the credential used, if any. Raises CredentialRefused."""
         used: str | None = None
         for entry in self._entries:
             in_target = entry.placeholder in head.target
@@ -142,14 +142,14 @@ class Broker:
             if not (in_target or any(named) or any(entry.placeholder in _visible(v) for _, v in head.headers)):
                 continue
             if not self._for_host(entry, host, port):
-                raise Refused(f"the request carries the placeholder of credential {entry.name}, "
+                raise CredentialRefused(f"the request carries the placeholder of credential {entry.name}, "
                               f"which is not for {host}:{port}")
             if not any(named):
                 continue  # only where the credential says: elsewhere it stays the placeholder
             if not tls:
-                raise Refused(f"credential {entry.name} is sent over TLS only: use https://")
+                raise CredentialRefused(f"credential {entry.name} is sent over TLS only: use https://")
             if entry.secret is None:
-                raise Refused(f"credential {entry.name} has no value on the host (its source is unset)")
+                raise CredentialRefused(f"credential {entry.name} has no value on the host (its source is unset)")
             head.headers = [(k, _swap(v, entry.placeholder, entry.secret) if swap else v)
                             for (k, v), swap in zip(head.headers, named, strict=True)]
             used = entry.name

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from hermes_sandboxes.allowlist import AllowList, IPAddress, canonical_host
 from hermes_sandboxes.egress import relay
 from hermes_sandboxes.egress.auditlimit import AuditLimiter, LogBudget
-from hermes_sandboxes.egress.broker import Broker, Refused
+from hermes_sandboxes.egress.broker import Broker, CredentialRefused
 from hermes_sandboxes.egress.http import (
     BadRequest,
     OtherAuthority,
@@ -179,7 +179,7 @@ class EgressProxy:
             head.headers.insert(0, ("Host", f"[{host}]:{port}" if ":" in host else f"{host}:{port}"))
         try:
             tally.credential = self.broker.apply(host, port, head, tls=tls)
-        except Refused as exc:
+        except CredentialRefused as exc:
             tally.verdict = "refused"
             raise _Refusal(403, "Forbidden", f"refused {host}:{port}: {exc}") from None
 

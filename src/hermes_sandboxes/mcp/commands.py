@@ -29,7 +29,7 @@ TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: the ser
 if TYPE_CHECKING:
     from typing import Any
 
-    from hermes_sandboxes.mcp.scope import _Open
+    from hermes_sandboxes.mcp.scope import OpenSandbox
     from hermes_sandboxes.recorder.command import RecordedProcess
     from hermes_sandboxes.recorder.sandbox import StoriedCheckpoint
     from hermes_sandboxes.risk import CheckpointPolicy
@@ -116,7 +116,7 @@ class Commands:
         return self._result(opened, proc, all(fresh), code, timed_out, time.monotonic() - started,
                             out, err, exec_id, tree)
 
-    def _result(self, opened: _Open, proc: RecordedProcess, fresh: bool, code: int, timed_out: bool,
+    def _result(self, opened: OpenSandbox, proc: RecordedProcess, fresh: bool, code: int, timed_out: bool,
                 duration: float, out: StreamCapture, err: StreamCapture, exec_id: str, tree: bool) -> ToolResult:
         redact = opened.redactor.redact
         name = opened.recorded.name
@@ -146,7 +146,7 @@ class Commands:
         data["notes"] = notes
         return ToolResult.ok(data, _text(data, notes))
 
-    def _named(self, opened: _Open, taken: StoriedCheckpoint, proc: RecordedProcess, fresh: bool,
+    def _named(self, opened: OpenSandbox, taken: StoriedCheckpoint, proc: RecordedProcess, fresh: bool,
                notes: list[str]) -> dict[str, Any]:
         """The automatic checkpoint as the model is told it, with the call that undoes the command."""
         recorded = opened.recorded

@@ -70,7 +70,7 @@ class Rules:
 
 
 @dataclass()
-class _Open:
+class OpenSandbox:
     """A sandbox this server uses, with its recorder (kept open: one journal per sandbox)."""
 
     recorded: RecordedSandbox
@@ -83,7 +83,7 @@ class Scope:
         self.host = host
         self.rules = rules
         self._lock = threading.Lock()
-        self._open: dict[str, _Open] = {}
+        self._open: dict[str, OpenSandbox] = {}
         self._ephemeral: dict[str, str] = {}  # sandbox -> the session that owns it
         self._audit: Journal | None = None
         self._redactor: Redactor | None = None
@@ -117,7 +117,7 @@ class Scope:
 
     # -- reaching sandboxes --------------------------------------------------------------------
 
-    def use(self, name: str | None) -> _Open:
+    def use(self, name: str | None) -> OpenSandbox:
         """The sandbox the model named, through its recorder (SandboxNotFound if it does not exist;
         a pinned one is created on first use)."""
         full = self.full_name(name)
@@ -139,7 +139,7 @@ class Scope:
                                   "sandbox_create makes one") from None
         return self._remember(sandbox)
 
-    def _remember(self, sandbox: Sandbox) -> _Open:
+    def _remember(self, sandbox: Sandbox) -> OpenSandbox:
         from hermes_sandboxes.recorder.credentials import Redactor
 
         settings = self.host.settings()
@@ -162,7 +162,7 @@ class Scope:
             credentials=Credentials(dict(settings.credentials), os.environ.get, redactor),
             hooks=restores.hooks(state.root),  # a restore here is noted for Hermes sessions on the sandbox
             origin={"via": "mcp"})
-        opened = _Open(recorded, redactor, threading.Lock())
+        opened = OpenSandbox(recorded, redactor, threading.Lock())
         with self._lock:
             existing = self._open.setdefault(sandbox.name, opened)
         if existing is not opened:
@@ -180,7 +180,7 @@ class Scope:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def create(self, name: str | None, spec: SandboxSpec, *, ephemeral: bool, session: str) -> _Open:
+    def create(self, name: str | None, spec: SandboxSpec, *, ephemeral: bool, session: str) -> OpenSandbox:
         from hermes_sandboxes.names import unique_name
 
         if self.rules.pinned is not None:
@@ -207,7 +207,7 @@ class Scope:
         opened.recorded.record_create()
         return opened
 
-    def forked(self, sandbox: Sandbox, forked_from: str) -> _Open:
+    def forked(self, sandbox: Sandbox, forked_from: str) -> OpenSandbox:
         opened = self._remember(sandbox)
         opened.recorded.record_create(forked_from=forked_from)
         return opened
@@ -217,7 +217,7 @@ class Scope:
         with opened.lock:
             self._destroy(opened)
 
-    def _destroy(self, opened: _Open) -> None:
+    def _destroy(self, opened: OpenSandbox) -> None:
         recorded = opened.recorded
         recorded.destroy()
         self._forget(recorded.name)

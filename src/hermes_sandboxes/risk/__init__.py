@@ -98,10 +98,10 @@ def classify(
     kind = hermes_internal(command)
     if kind is None and _plainly_harmless(command):
         return RiskVerdict(False)
-    from hermes_sandboxes.risk.context import _Context, _normalise
-    from hermes_sandboxes.risk.scan import _scan
+    from hermes_sandboxes.risk._context import Context, normalise
+    from hermes_sandboxes.risk._scan import scan_command
 
-    ctx = _Context(tuple(_normalise(p) for p in protected_paths), exists, cwd and _normalise(cwd))
+    ctx = Context(tuple(normalise(p) for p in protected_paths), exists, cwd and normalise(cwd))
     if kind:
         # Hermes's housekeeping is never risky; its write helper is the agent's write_file, which
         # protected paths still guard.
@@ -109,7 +109,7 @@ def classify(
         if target and (hit := ctx.protected_hit(target)):
             ctx.add(f"write_file over protected path {hit}")
         return RiskVerdict(bool(ctx.reasons), tuple(ctx.reasons), internal=kind)
-    _scan(command, ctx, 0)
+    scan_command(command, ctx, 0)
     return RiskVerdict(bool(ctx.reasons), tuple(ctx.reasons))
 
 

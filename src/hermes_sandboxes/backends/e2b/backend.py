@@ -32,7 +32,7 @@ from hermes_sandboxes.backends.e2b.identity import (
     scope_digest,
 )
 from hermes_sandboxes.backends.e2b.network import Posture, egress_rules
-from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox, _info, posture_in
+from hermes_sandboxes.backends.e2b.sandbox import E2BSandbox, info_of, posture_in
 from hermes_sandboxes.backends.e2b.settings import E2BSettings
 from hermes_sandboxes.errors import (
     BackendUnavailable,
@@ -258,7 +258,7 @@ class E2BBackend(Backend):
 
     def list(self) -> builtins.list[SandboxInfo]:
         found = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner}, "list sandboxes")
-        return [_info(s) for s in found if s.metadata.get(NAME_KEY)]
+        return [info_of(s) for s in found if s.metadata.get(NAME_KEY)]
 
     def _create(self, name: str, scope: str, settings: E2BSettings, *, ephemeral: bool,
                 template: str | None = None) -> E2BSandbox:

@@ -66,7 +66,7 @@ def posture_in(metadata: Mapping[str, str]) -> Posture:
     return Posture(internet=mode == "host")
 
 
-def _info(s: e2b.SandboxInfo) -> SandboxInfo:
+def info_of(s: e2b.SandboxInfo) -> SandboxInfo:
     created = s.metadata.get(CREATED_KEY)
     return SandboxInfo(
         name=s.metadata.get(NAME_KEY, s.sandbox_id), backend="e2b",
@@ -157,7 +157,7 @@ class E2BSandbox(Sandbox):
 
     def info(self) -> SandboxInfo:
         detail = self.call("describe", lambda: self._sdk.get_info())
-        info = _info(detail)
+        info = info_of(detail)
         if info.spec.network != "proxy":
             return info
         actual = tuple((detail.network or {}).get("allow_out") or ())

@@ -16,12 +16,12 @@ from pydantic import Field, ValidationInfo, field_validator
 from hermes_sandboxes.sandbox import SandboxSpec
 from hermes_sandboxes.settings import (
     BackendSettings,
-    _absolute_path,
-    _allow_list,
-    _flag,
-    _require_text,
-    _text_mapping,
-    _whole_number,
+    absolute_path,
+    allow_list,
+    flag,
+    require_text,
+    text_mapping,
+    whole_number,
 )
 
 DEFAULT_TEMPLATE = "base"
@@ -76,7 +76,7 @@ class E2BSettings(BackendSettings):
     def _allow(cls, value: object, info: ValidationInfo) -> tuple[str, ...]:
         if info.data.get("allow_internet_access") is False:
             raise ValueError("allow_internet_access: false denies all egress; remove it to use an allow-list")
-        return _allow_list(value)
+        return allow_list(value)
 
     @field_validator("brokered", mode="before")
     @classmethod
@@ -97,7 +97,7 @@ class E2BSettings(BackendSettings):
     @field_validator("template", mode="before")
     @classmethod
     def _template(cls, value: object) -> str:
-        text = _require_text(value, "an E2B template name or id, e.g. base")
+        text = require_text(value, "an E2B template name or id, e.g. base")
         if not text.strip() or any(c.isspace() for c in text):
             raise ValueError(f"{text!r} is not a template name or id (no spaces, not empty)")
         return text
@@ -105,24 +105,24 @@ class E2BSettings(BackendSettings):
     @field_validator("cwd", mode="before")
     @classmethod
     def _cwd(cls, value: object) -> str:
-        return _absolute_path(value, "an absolute directory path in the sandbox, e.g. /home/user")
+        return absolute_path(value, "an absolute directory path in the sandbox, e.g. /home/user")
 
     @field_validator("lease_seconds", mode="before")
     @classmethod
     def _lease(cls, value: object) -> int:
-        return _whole_number(value, 1, "seconds", maximum=MAX_LEASE_SECONDS)  # E2B's longest
+        return whole_number(value, 1, "seconds", maximum=MAX_LEASE_SECONDS)  # E2B's longest
 
     @field_validator("command_grace_seconds", mode="before")
     @classmethod
     def _grace(cls, value: object) -> int:
-        return _whole_number(value, 0, "seconds")
+        return whole_number(value, 0, "seconds")
 
     @field_validator("allow_internet_access", "secure", mode="before")
     @classmethod
-    def _flag(cls, value: object) -> bool:
-        return _flag(value)
+    def flag(cls, value: object) -> bool:
+        return flag(value)
 
     @field_validator("metadata", mode="before")
     @classmethod
     def _metadata(cls, value: object) -> dict[str, str]:
-        return _text_mapping(value, max_entries=MAX_METADATA_ENTRIES, example="{team: infra}")
+        return text_mapping(value, max_entries=MAX_METADATA_ENTRIES, example="{team: infra}")

@@ -34,6 +34,7 @@ from hermes_sandboxes.sandbox import (
     StoreUsage,
     refuse_other_spec,
 )
+from hermes_sandboxes.util import failpoints
 from hermes_sandboxes.util.lazy import lazy_module
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hot path of a CLI exec)
@@ -328,11 +329,11 @@ class LocalBackend(Backend):
             # a layer without a record, which ls shows as broken and rm removes (LocalSandbox.broken).
             try:
                 store.create_layer(name)
-                storage._test_pause("create-layer")
+                failpoints.pause("create-layer")
                 meta = self._new_meta(name, spec, ephemeral=ephemeral)
                 sandbox = LocalSandbox(self, name, meta)
                 sandbox.apply_masks()
-                storage._test_pause("create-masked")
+                failpoints.pause("create-masked")
                 paths.write_json(self.layout.meta_file(name), meta)  # the commit point of a create
             except BaseException:
                 with contextlib.suppress(Exception):

@@ -35,6 +35,7 @@ from hermes_sandboxes.sandbox import (
     SandboxState,
     check_tag,
 )
+from hermes_sandboxes.util import failpoints
 from hermes_sandboxes.util.lazy import lazy_module
 from hermes_sandboxes.util.values import replace
 
@@ -209,7 +210,7 @@ class LocalSandbox(Sandbox):
             pid = launch.finish(self._init_config(layer, groups))
         finally:
             launch.close()
-        storage._test_pause("start-unrecorded")
+        failpoints.pause("start-unrecorded")
         state: dict[str, Any] = {"pid": pid, "start": paths.process_start_time(pid), "boot": paths.boot_id(),
                                  "cgroups": groups.to_state(), "protocol": protocol.VERSION}
         if self.spec.network == "proxy":
@@ -643,7 +644,7 @@ class LocalSandbox(Sandbox):
                 held = self._stop(hold_mounts=True, keep=groups.box)
                 try:
                     old = store.publish_restore(self.name, checkpoint_id, staged)
-                    storage._test_pause("restore-published")
+                    failpoints.pause("restore-published")
                     self._start(store_clean=True, limited=True, prepared=prepared)
                     store.discard(old)
                 finally:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from hermes_sandboxes.backends.local.paths import base_problem
 from hermes_sandboxes.egress.broker import DEFAULT_HEADERS, BrokeredCredential
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.settings import SpecSettings, _absolute_path, _absolute_paths
+from hermes_sandboxes.settings import SpecSettings, absolute_path, absolute_paths
 
 DEFAULT_STORE_HOME = "/var/lib/hermes-sandboxes"
 STORE_HOME_ENV = "HERMES_SANDBOXES_HOME"
@@ -51,7 +51,7 @@ class LocalSettings(SpecSettings):
     @field_validator("upstream_ca", mode="before")
     @classmethod
     def _upstream_ca(cls, value: object) -> str:
-        return _absolute_path(value, "an absolute path to a PEM file of CA certificates")
+        return absolute_path(value, "an absolute path to a PEM file of CA certificates")
 
     @field_validator("brokered", mode="after")
     @classmethod
@@ -68,12 +68,12 @@ class LocalSettings(SpecSettings):
     @field_validator("home", mode="before")
     @classmethod
     def _directory(cls, value: object) -> str:
-        return _absolute_path(value, "an absolute directory path")
+        return absolute_path(value, "an absolute directory path")
 
     @field_validator("base", mode="before")
     @classmethod
     def _base(cls, value: object) -> str:
-        text = _absolute_path(value, "an absolute directory path")
+        text = absolute_path(value, "an absolute directory path")
         problem = base_problem(text)
         if problem is not None:
             raise ValueError(problem)
@@ -90,7 +90,7 @@ class LocalSettings(SpecSettings):
     @field_validator("masks", mode="before")
     @classmethod
     def _masks(cls, value: object) -> tuple[str, ...]:
-        return _absolute_paths(value)
+        return absolute_paths(value)
 
     def store_home(self) -> Path:
         from hermes_sandboxes.backends.local import paths

@@ -32,7 +32,7 @@ from hermes_sandboxes.backends.sprites.process import (
     TerminalProcess,
     terminal_size,
 )
-from hermes_sandboxes.backends.sprites.wire import ExecCall, ExecSocket, Lost, Refused
+from hermes_sandboxes.backends.sprites.wire import ExecCall, ExecSocket, Lost, UpgradeRefused
 from hermes_sandboxes.errors import (
     CheckpointNotFound,
     InvalidInput,
@@ -223,7 +223,7 @@ class SpritesSandbox(Sandbox):
         for attempt in range(1, api.attempts + 1):
             try:
                 return ExecSocket(api.base_url, api.token, self.name, call)
-            except Refused as refused:
+            except UpgradeRefused as refused:
                 error = api.from_status(refused.status, refused.body, "exec", self.name, headers=refused.headers)
             except Lost as exc:
                 raise SandboxUnreachable(api.redact(

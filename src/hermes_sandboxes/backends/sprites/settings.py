@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
-from hermes_sandboxes.settings import BackendSettings, _allow_list, _require_text, _whole_number
+from hermes_sandboxes.settings import BackendSettings, allow_list, require_text, whole_number
 
 DEFAULT_API_URL = "https://api.sprites.dev"
 API_URL_ENV = "SPRITES_API_URL"
@@ -76,22 +76,22 @@ class SpritesSettings(BackendSettings):
     @field_validator("allow", mode="before")
     @classmethod
     def _allow(cls, value: object) -> tuple[str, ...]:
-        return _allow_list(value)
+        return allow_list(value)
 
     @field_validator("max_cpus", mode="before")
     @classmethod
     def _cpus(cls, value: object) -> int:
-        return _whole_number(value, 1, "CPUs", maximum=128)
+        return whole_number(value, 1, "CPUs", maximum=128)
 
     @field_validator("max_ram_gb", "max_disk_gb", mode="before")
     @classmethod
     def _gigabytes(cls, value: object) -> int:
-        return _whole_number(value, 1, "GB", maximum=1024)
+        return whole_number(value, 1, "GB", maximum=1024)
 
     @field_validator("api_url", mode="before")
     @classmethod
     def _api_url(cls, value: object) -> str:
-        text = _require_text(value, "an http(s) URL such as https://api.sprites.dev")
+        text = require_text(value, "an http(s) URL such as https://api.sprites.dev")
         if not re.match(r"^https?://[^\s/]+(/\S*)?$", text):
             raise ValueError(f"{text!r} is not an http(s) URL")
         return text.rstrip("/")

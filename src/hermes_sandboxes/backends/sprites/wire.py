@@ -36,7 +36,7 @@ MAX_QUEUE = 8
 STDIN_CHUNK = 64 << 10
 
 
-class Refused(Exception):
+class UpgradeRefused(Exception):
     """The server answered the upgrade with an HTTP error status."""
 
     def __init__(self, status: int, body: str, headers: Mapping[str, str]) -> None:
@@ -88,7 +88,7 @@ class ExecSocket:
         except InvalidStatus as exc:
             response = exc.response
             body = response.body.decode(errors="replace") if response.body else ""
-            raise Refused(response.status_code, body, dict(response.headers.raw_items())) from None
+            raise UpgradeRefused(response.status_code, body, dict(response.headers.raw_items())) from None
         except (InvalidHandshake, OSError, TimeoutError) as exc:
             raise Lost(f"could not open the exec connection: {type(exc).__name__}: {exc}") from None
 

@@ -15,7 +15,7 @@ from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.commands import disk
 from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
-from hermes_sandboxes.cli.session import CLI_POLICIES, Workspace
+from hermes_sandboxes.cli.session import CLI_POLICIES, OLD_SPELLINGS, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
 from hermes_sandboxes.names import validate_name
 from hermes_sandboxes.recorder.command import RecordedProcess
@@ -162,12 +162,20 @@ def create(workspace: Workspace, /, name: str, ephemeral: bool, **spec: Any) -> 
     ui.result(name)
 
 
+class PolicyChoice(click.Choice):  # type: ignore[type-arg]
+    """The checkpoint policies, and the CLI's old word for one (``auto``, taken for ``risky``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(OLD_SPELLINGS.get(value, value), param, ctx)
+
+
 @click.command(name="exec", short_help="Run a command in a sandbox.")
 @click.argument("name")
 @command_options
-@click.option("--checkpoint", "policy", type=click.Choice(CLI_POLICIES), default=None,
-              help="Checkpoint first: auto = before risky commands (rm -rf, git reset --hard, ...), "
-                   "always, or off (default: the setting auto_checkpoint, risky = auto).")
+@click.option("--checkpoint", "policy", type=PolicyChoice(CLI_POLICIES), default=None,
+              help="Checkpoint first: risky = before risky commands (rm -rf, git reset --hard, ...), "
+                   "always, or off (default: the setting auto_checkpoint, whose names these are; auto is "
+                   "taken for risky).")
 @click.argument("command", nargs=-1, required=True)
 @click.pass_obj
 def exec_(workspace: Workspace, name: str, cwd: str | None, env_pairs: tuple[str, ...],

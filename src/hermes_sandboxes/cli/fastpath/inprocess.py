@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from hermes_sandboxes.util.values import dataclass, field
 
-_POLICIES = ("auto", "always", "off")
+_POLICIES = ("risky", "always", "off", "auto")  # (auto: the old word for risky, see cli/session.py)
 
 
 @dataclass()

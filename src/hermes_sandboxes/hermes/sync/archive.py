@@ -108,14 +108,14 @@ def capture(sandbox: Sandbox, argv: Sequence[str], dest: BinaryIO, *, what: str,
 
 
 @dataclass(frozen=True)
-class Refused:
+class RefusedMember:
     """A member an archive held that the host did not take, and why."""
 
     name: str
     reason: str
 
 
-def regular_files(tar: tarfile.TarFile, refused: list[Refused]) -> Iterator[tuple[str, tarfile.TarInfo]]:
+def regular_files(tar: tarfile.TarFile, refused: list[RefusedMember]) -> Iterator[tuple[str, tarfile.TarInfo]]:
     """The archive's regular files as (normalised relative path, member), each checked by
     ``tarfile.data_filter``; unsafe ones are appended to ``refused`` and skipped. Links, devices and
     fifos are skipped without a word. Raises tarfile.TarError when the archive itself is corrupt."""
@@ -123,17 +123,17 @@ def regular_files(tar: tarfile.TarFile, refused: list[Refused]) -> Iterator[tupl
         if not member.isreg():
             continue  # directories come with their files; links, devices and fifos are not taken
         if member.name.startswith("/"):  # the data filter would make it relative; refuse it outright
-            refused.append(Refused(member.name, "unsafe member: an absolute path"))
+            refused.append(RefusedMember(member.name, "unsafe member: an absolute path"))
             continue
         try:
             filtered = tarfile.data_filter(member, "/nonexistent-destination")
         except tarfile.FilterError as exc:
-            refused.append(Refused(member.name, f"unsafe member: {exc}"))
+            refused.append(RefusedMember(member.name, f"unsafe member: {exc}"))
             continue
         rel = posixpath.normpath(filtered.name)
         parts = rel.split("/")
         if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            refused.append(Refused(member.name, "unsafe member path"))
+            refused.append(RefusedMember(member.name, "unsafe member path"))
             continue
         yield rel, filtered
 
@@ -143,7 +143,7 @@ def complete(tar: tarfile.TarFile, size: int) -> bool:
     return all(m.offset_data + (m.size if m.isreg() else 0) <= size for m in tar.getmembers())
 
 
-def keep_regular_files(source: BinaryIO, dest: BinaryIO, refused: list[Refused],
+def keep_regular_files(source: BinaryIO, dest: BinaryIO, refused: list[RefusedMember],
                        unsafe: Callable[[str], str] = lambda rel: "") -> int:
     """Copy the acceptable regular files of archive ``source`` into a new archive ``dest`` (for a
     consumer that extracts a whole archive at once, where one bad member would fail all of it);
@@ -154,7 +154,7 @@ def keep_regular_files(source: BinaryIO, dest: BinaryIO, refused: list[Refused],
         for rel, member in regular_files(tar, refused):
             why = unsafe(rel)
             if why:
-                refused.append(Refused(rel, why))
+                refused.append(RefusedMember(rel, why))
                 continue
             data = tar.extractfile(member)
             clean = tarfile.TarInfo(rel)

@@ -76,7 +76,7 @@ class _Gone(BaseException):
     when the sandbox is gone no retry can help, so this must not be one."""
 
 
-class _Refused(BaseException):
+class _ArchiveOverCap(BaseException):
     """Raised through Hermes's sync-back like ``_Gone``: the archive was over the cap (or the cap's
     setting is invalid), and trying again would only meet the same refusal."""
 
@@ -164,7 +164,7 @@ class SandboxFileSync:
                 if code != 0:
                     raise SyncFailed(f"pulling ~/.hermes out of the sandbox failed (tar exit {code}: {err})")
                 spool.seek(0)
-                refused: list[archive.Refused] = []
+                refused: list[archive.RefusedMember] = []
                 with dest.open("wb") as out:
                     archive.keep_regular_files(spool, out, refused, self._behind_host_link)
             for item in refused:
@@ -173,7 +173,7 @@ class SandboxFileSync:
             raise _Gone() from exc
         except (archive.ArchiveTooLarge, InvalidSettings) as exc:
             self._errors.append(exc)
-            raise _Refused(exc) from exc
+            raise _ArchiveOverCap(exc) from exc
         except BaseException as exc:
             self._errors.append(exc)
             raise
@@ -266,7 +266,7 @@ class SandboxFileSync:
                 self._manager.sync_back()
             except _Gone:
                 return Pulled.GONE
-            except _Refused as refused:
+            except _ArchiveOverCap as refused:
                 logger.error("%s", refused.error)
                 return Pulled.FAILED
             except Exception:

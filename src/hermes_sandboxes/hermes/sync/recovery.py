@@ -46,7 +46,7 @@ from typing import IO
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.hermes.sync.archive import (
     MAX_ARCHIVE_BYTES,
-    Refused,
+    RefusedMember,
     StateUnreadable,
     capture,
     complete,
@@ -140,10 +140,10 @@ def recover(sandbox: Sandbox, *, remote_base: str, host_home: str | os.PathLike[
 
 
 def _read_index(spool: IO[bytes], size: int, name: str,
-                roots: Sequence[str]) -> tuple[list[_Entry], list[Refused]]:
+                roots: Sequence[str]) -> tuple[list[_Entry], list[RefusedMember]]:
     """The archive's acceptable regular files, validated in full before anything is written."""
     spool.seek(0)
-    refused: list[Refused] = []
+    refused: list[RefusedMember] = []
     try:
         with tarfile.open(fileobj=spool, mode="r:") as tar:
             if not complete(tar, size):
@@ -155,9 +155,9 @@ def _read_index(spool: IO[bytes], size: int, name: str,
     entries = []
     for rel, member in found:
         if rel.split("/")[0] not in roots:
-            refused.append(Refused(rel, "outside the recoverable trees"))
+            refused.append(RefusedMember(rel, "outside the recoverable trees"))
         elif member.issparse():
-            refused.append(Refused(rel, "a sparse archive member"))
+            refused.append(RefusedMember(rel, "a sparse archive member"))
         else:
             entries.append(_Entry(rel, member.offset_data, member.size, member.mode))
     return entries, refused

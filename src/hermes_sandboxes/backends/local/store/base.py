@@ -35,7 +35,7 @@ from hermes_sandboxes.backends.local.store import btrfstree, quota, treediff
 from hermes_sandboxes.backends.local.store.fdwalk import Tree
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError, Unsupported
 from hermes_sandboxes.sandbox import FileChange
-from hermes_sandboxes.util import ownership
+from hermes_sandboxes.util import failpoints, ownership
 from hermes_sandboxes.util.units import parse_size
 
 _IOW_4096 = 0x50009400  # _IOW(BTRFS_IOCTL_MAGIC, nr, 4096-byte argument)
@@ -191,7 +191,7 @@ class Store(ABC):
         # directory (its ".." would change), but renames it within one
         staged = self.checkpoints_dir(name) / f".tmp-{checkpoint_id}"
         self._copy_volume(self.layer(name), staged, readonly=True)
-        _test_pause("checkpoint-staged")
+        failpoints.pause("checkpoint-staged")
         staged.rename(self.checkpoint_path(name, checkpoint_id))
 
     def restore(self, name: str, checkpoint_id: str, *, disk_limit: int | None) -> None:
@@ -214,7 +214,7 @@ class Store(ABC):
 
     def publish_restore(self, name: str, checkpoint_id: str, staged: Path) -> Path:
         """Swap the staged copy in (one atomic exchange); returns where the old layer now is."""
-        _test_pause("restore-staged")
+        failpoints.pause("restore-staged")
         sc.rename_exchange(str(staged), str(self.layer(name)))
         old = self.sandbox_dir(name) / f".old-{checkpoint_id}-{time.time_ns()}"
         staged.rename(old)
@@ -321,15 +321,6 @@ class Store(ABC):
                     self._remove_tree(entry)
             else:
                 entry.unlink()
-
-
-def _test_pause(point: str) -> None:
-    """Lets the interruption tests kill an operation at a known point (no effect otherwise)."""
-    if os.environ.get("HERMES_SANDBOXES_TEST_PAUSE") == point:
-        marker = os.environ.get("HERMES_SANDBOXES_TEST_PAUSE_MARKER")
-        if marker:
-            Path(marker).write_text(str(os.getpid()))
-        time.sleep(3600)
 
 
 class BtrfsStore(Store):

@@ -38,11 +38,11 @@ from hermes_sandboxes.backends.local.store.base import (
     BtrfsStore,
     CopyStore,
     Store,
-    _test_pause,
     remove_tree,
     tree_bytes,
 )
 from hermes_sandboxes.errors import BackendUnavailable, SandboxBusy, SandboxError, Unsupported
+from hermes_sandboxes.util import failpoints
 
 if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend
@@ -165,10 +165,10 @@ def _migrate_sandbox(copy: CopyStore, target: BtrfsStore, name: str, label: str,
         btrfstree.syncfs(fd)  # on disk before it is published
     finally:
         os.close(fd)
-    _test_pause("migrate-staged")
+    failpoints.pause("migrate-staged")
     staged.rename(final)  # the commit point for this sandbox
     progress(f"{label}: done")
-    _test_pause("migrate-published")
+    failpoints.pause("migrate-published")
 
 
 def _fill_volume(target: BtrfsStore, source: Path, volume: Path) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class _Context:
+class Context:
     protected: tuple[str, ...]
     exists: Callable[[str], bool] | None
     cwd: str | None
@@ -22,7 +22,7 @@ class _Context:
         """``path`` made absolute, or None when that depends on something we cannot see."""
         if not path or path.startswith(("~", "$")) or (path[0] != "/" and self.cwd is None):
             return None
-        return _normalise(posixpath.join(self.cwd or "/", path))
+        return normalise(posixpath.join(self.cwd or "/", path))
 
     def protected_hit(self, path: str, *, ancestors: bool = False) -> str | None:
         """The resolved ``path`` if it lies under a protected path (or, with ancestors, holds one)."""
@@ -43,7 +43,7 @@ class _Context:
             return hit  # cannot tell: assume the file is there
 
 
-def _normalise(path: str) -> str:
+def normalise(path: str) -> str:
     path = posixpath.normpath(path)
     return "/" + path.lstrip("/") if path.startswith("/") else path
 
@@ -52,6 +52,6 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _clip(text: str, limit: int = 80) -> str:
+def clip(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass, field
 
 
-class _ParseError(Exception):
+class ParseError(Exception):
     """Not valid shell (an unbalanced quote or parenthesis, a redirection without a target)."""
 
 
 @dataclass
-class _Word:
+class Word:
     text: str  # after quote removal; substitutions keep their source text
     glob: bool = False  # an unquoted * or ?: the shell expands it to files we cannot see
     dynamic: bool = False  # holds $VAR, $( ), backticks or <( ): its value is known only at run time
@@ -27,7 +27,7 @@ class _Heredoc:
     body: str = ""  # filled in when the lexer reaches the line after the operator
 
 
-_Token = _Word | _Heredoc | str  # a str is an operator or a redirection
+_Token = Word | _Heredoc | str  # a str is an operator or a redirection
 _OPERATORS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")", "\n")
 _REDIRECTIONS = ("&>>", "<<<", "<<-", ">>", "&>", ">|", ">&", "<&", "<>", "<<", ">", "<")
 _WORD_END = frozenset(" \t\r\n;&|()<>")
@@ -35,7 +35,7 @@ _BACKTICK_REST = re.compile(r"(?:[^`\\]|\\.)*`", re.S)
 _ANSI_C_REST = re.compile(r"(?:[^'\\]|\\.)*'", re.S)
 
 
-class _Lexer:
+class Lexer:
     """Words (quotes removed), operators and heredocs; a nested lexer finds where ``$( )`` ends."""
 
     def __init__(self, text: str, start: int = 0) -> None:
@@ -62,7 +62,7 @@ class _Lexer:
                 depth += {"(": 1, ")": -1}.get(c, 0)
                 self._operator()
         if nested:
-            raise _ParseError("unbalanced parenthesis")
+            raise ParseError("unbalanced parenthesis")
         return self.tokens
 
     def _operator(self) -> None:
@@ -74,8 +74,8 @@ class _Lexer:
             start = len(self.tokens)
             self._word()
             delimiter = self.tokens.pop() if len(self.tokens) > start else None
-            if not isinstance(delimiter, _Word):
-                raise _ParseError("heredoc without a delimiter")
+            if not isinstance(delimiter, Word):
+                raise ParseError("heredoc without a delimiter")
             self.tokens.append(doc := _Heredoc())
             self.pending.append((doc, delimiter.text, op == "<<-"))
             return
@@ -100,7 +100,7 @@ class _Lexer:
         return len(self.s) if end < 0 else end
 
     def _word(self) -> None:
-        s, start, word, out, quoted = self.s, self.i, _Word(""), list[str](), False
+        s, start, word, out, quoted = self.s, self.i, Word(""), list[str](), False
         while self.i < len(s):
             c = s[self.i]
             if c in _WORD_END and not (self.i == start and s.startswith(("<(", ">("), self.i)):
@@ -108,7 +108,7 @@ class _Lexer:
             if c == "'":
                 end = s.find("'", self.i + 1)
                 if end < 0:
-                    raise _ParseError("unbalanced single quote")
+                    raise ParseError("unbalanced single quote")
                 out.append(s[self.i + 1 : end])
                 self.i, quoted = end + 1, True
             elif c == '"':
@@ -131,7 +131,7 @@ class _Lexer:
         if quoted or not word.text.isdigit() or s[self.i : self.i + 1] not in ("<", ">"):
             self.tokens.append(word)  # else it was the descriptor number of 2>err.log
 
-    def _double_quoted(self, word: _Word) -> str:
+    def _double_quoted(self, word: Word) -> str:
         s, out = self.s, list[str]()
         while self.i < len(s) and s[self.i] != '"':
             if s[self.i] == "\\" and s[self.i + 1 : self.i + 2] in ("$", "`", '"', "\\", "\n"):
@@ -143,16 +143,16 @@ class _Lexer:
                 out.append(s[self.i])
                 self.i += 1
         if self.i >= len(s):
-            raise _ParseError("unbalanced double quote")
+            raise ParseError("unbalanced double quote")
         self.i += 1
         return "".join(out)
 
-    def _expansion(self, word: _Word) -> str:
+    def _expansion(self, word: Word) -> str:
         """``$( )``, ``$(( ))``, ``<( )``, backticks, ``${ }`` or ``$NAME`` at self.i: its source text."""
         s, i = self.s, self.i
         after = s[i + 1 : i + 2]
         if after == "(":
-            (inner := _Lexer(s, i + 2)).run(nested=True)
+            (inner := Lexer(s, i + 2)).run(nested=True)
             end = inner.i
             if not s.startswith("$((", i):  # arithmetic holds no command
                 word.subs.append(s[i + 2 : end - 1])
@@ -162,7 +162,7 @@ class _Lexer:
         elif after == "{":
             end = s.find("}", i) + 1
             if end == 0:
-                raise _ParseError("unbalanced ${")
+                raise ParseError("unbalanced ${")
         elif after.isalpha() or after == "_":
             end = i + 1  # $NAME: the name's letters are read next as plain text
         elif after and (after in "@*#?$!-" or after.isdigit()):
@@ -177,7 +177,7 @@ class _Lexer:
     def _rest(self, pattern: re.Pattern[str], start: int) -> int:
         match = pattern.match(self.s, start)
         if match is None:
-            raise _ParseError("unbalanced quote")
+            raise ParseError("unbalanced quote")
         return match.end()
 
 
@@ -185,20 +185,20 @@ _RESERVED = frozenset({"!", "if", "then", "else", "elif", "fi", "do", "done", "w
 
 
 @dataclass
-class _Simple:
-    words: list[_Word] = field(default_factory=list)
-    redirects: list[tuple[str, _Word]] = field(default_factory=list)
+class Simple:
+    words: list[Word] = field(default_factory=list)
+    redirects: list[tuple[str, Word]] = field(default_factory=list)
     stdin: list[_Heredoc] = field(default_factory=list)  # heredocs and here-strings
-    upstream: _Simple | None = None  # the command piping into this one
+    upstream: Simple | None = None  # the command piping into this one
 
 
-class _Parser:
+class Parser:
     """Groups tokens into simple commands and notices functions that call themselves (fork bombs)."""
 
     def __init__(self, tokens: list[_Token]) -> None:
-        self.commands: list[_Simple] = []
+        self.commands: list[Simple] = []
         self.recursive: set[str] = set()
-        self.cur = _Simple()
+        self.cur = Simple()
         self.braces = 0
         self.bodies: list[tuple[str, int]] = []  # function bodies we are inside: (name, brace depth)
         self.defining: str | None = None  # a function whose body comes next
@@ -207,13 +207,13 @@ class _Parser:
         redirect: str | None = None  # an operator waiting for its target word
         for tok in tokens:
             if redirect is not None:
-                if not isinstance(tok, _Word):
-                    raise _ParseError("redirection without a target")
+                if not isinstance(tok, Word):
+                    raise ParseError("redirection without a target")
                 self.cur.redirects.append((redirect, tok))
                 if redirect == "<<<":
                     self.cur.stdin.append(_Heredoc(tok.text))
                 redirect = None
-            elif isinstance(tok, _Word):
+            elif isinstance(tok, Word):
                 self._word(tok)
             elif isinstance(tok, _Heredoc):
                 self.cur.stdin.append(tok)
@@ -222,10 +222,10 @@ class _Parser:
             else:
                 self._operator(tok)
         if redirect is not None:
-            raise _ParseError("redirection without a target")
+            raise ParseError("redirection without a target")
         self._operator(";")
 
-    def _word(self, word: _Word) -> None:
+    def _word(self, word: Word) -> None:
         text = word.text
         if self.cur.words:
             self.cur.words.append(word)
@@ -250,25 +250,25 @@ class _Parser:
     def _operator(self, op: str) -> None:
         cur = self.cur
         if op == "(" and len(cur.words) == 1 and not cur.redirects:
-            self.defining, self.in_parens, self.cur = cur.words[0].text, True, _Simple()
+            self.defining, self.in_parens, self.cur = cur.words[0].text, True, Simple()
         elif op == ")" and self.in_parens:
             self.in_parens = False
         else:
             if cur.words or cur.redirects:
                 self.commands.append(cur)
-            self.cur = _Simple(upstream=cur if op in ("|", "|&") and cur.words else None)
+            self.cur = Simple(upstream=cur if op in ("|", "|&") and cur.words else None)
 
 
 # --- The program a simple command runs, and its options.
 
 
 @dataclass
-class _Call:
+class Call:
     """A program and its arguments, once prefixes such as sudo and env are out of the way."""
 
     name: str
-    args: list[_Word]
-    cmd: _Simple  # where it came from: redirections, heredocs, the command piping into it
+    args: list[Word]
+    cmd: Simple  # where it came from: redirections, heredocs, the command piping into it
     computed: bool = False  # xargs adds operands we cannot see
 
 
@@ -297,23 +297,23 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _VERSIONED = re.compile(r"^(python|pip|pypy|perl|ruby|node)[0-9.]+$")
 
 
-def _program(word: str) -> str:
+def program_of(word: str) -> str:
     """``/usr/bin/python3.11`` -> ``python``: the name the tables (here, in ``rules`` and ``scan``) know."""
     return _VERSIONED.sub(r"\1", word.rsplit("/", 1)[-1])
 
 
-def _unwrap(words: list[_Word], cmd: _Simple) -> _Call | None:
+def unwrap(words: list[Word], cmd: Simple) -> Call | None:
     i, computed = 0, False
     while True:
         while i < len(words) and _ASSIGNMENT.match(words[i].text):
             i += 1
         if i >= len(words):
             return None
-        name = _program(words[i].text)
+        name = program_of(words[i].text)
         if name not in _WRAPPERS:
-            return _Call(name, words[i + 1 :], cmd, computed)
+            return Call(name, words[i + 1 :], cmd, computed)
         values, operands = _WRAPPERS[name]
-        i, seen = _skip_options(words, i + 1, values)
+        i, seen = skip_options(words, i + 1, values)
         if name == "command" and seen & {"-v", "-V"}:
             return None  # `command -v rm` only looks the name up
         i, computed = i + operands, computed or name == "xargs"
@@ -329,7 +329,7 @@ def _option_width(option: str, values: frozenset[str]) -> int:
     return 1
 
 
-def _skip_options(words: list[_Word], i: int, values: frozenset[str]) -> tuple[int, set[str]]:
+def skip_options(words: list[Word], i: int, values: frozenset[str]) -> tuple[int, set[str]]:
     seen: set[str] = set()
     while i < len(words) and len(words[i].text) > 1 and words[i].text[0] == "-":
         if words[i].text == "--":
@@ -339,8 +339,8 @@ def _skip_options(words: list[_Word], i: int, values: frozenset[str]) -> tuple[i
     return i, seen
 
 
-def _positionals(args: list[_Word], values: frozenset[str] = frozenset()) -> list[_Word]:
-    out, i = list[_Word](), 0
+def positionals(args: list[Word], values: frozenset[str] = frozenset()) -> list[Word]:
+    out, i = list[Word](), 0
     while i < len(args):
         if args[i].text == "--":
             return out + args[i + 1 :]
@@ -352,19 +352,19 @@ def _positionals(args: list[_Word], values: frozenset[str] = frozenset()) -> lis
     return out
 
 
-def _flags(args: list[_Word]) -> list[str]:
+def flags_of(args: list[Word]) -> list[str]:
     texts = [w.text for w in args]
     if "--" in texts:
         texts = texts[: texts.index("--")]  # what follows -- is operands
     return [t for t in texts if len(t) > 1 and t[0] == "-"]
 
 
-def _letters(flags: list[str]) -> str:
+def letters_of(flags: list[str]) -> str:
     """Every short option letter given: ``-fdx -n`` -> ``fdxn``."""
     return "".join(flag[1:] for flag in flags if not flag.startswith("--"))
 
 
-def _option_values(args: list[_Word], names: frozenset[str]) -> list[str]:
+def option_values(args: list[Word], names: frozenset[str]) -> list[str]:
     """The values of options ``names``, given as ``-c CODE``, ``-cCODE`` or ``--command=CODE``."""
     values: list[str] = []
     for i, text in enumerate(w.text for w in args):

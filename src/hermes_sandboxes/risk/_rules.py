@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hermes_sandboxes.risk.context import _clip, _Context, _normalise
-from hermes_sandboxes.risk.shell import _Call, _flags, _letters, _option_values, _positionals, _skip_options
+from hermes_sandboxes.risk._context import Context, clip, normalise
+from hermes_sandboxes.risk._shell import Call, flags_of, letters_of, option_values, positionals, skip_options
 
 
 @dataclass(frozen=True)
@@ -29,21 +29,21 @@ def _rule(subs: str = "", *, options: str = "", letters: str = "", values: str =
     return _Rule(subcommands, tuple(options.split()), letters, frozenset(values.split()), anywhere)
 
 
-def _check_rule(call: _Call, rule: _Rule, ctx: _Context) -> None:
-    for flag in _flags(call.args):
+def check_rule(call: Call, rule: _Rule, ctx: Context) -> None:
+    for flag in flags_of(call.args):
         named = any(flag == o or flag.startswith((o + "-", o + "=")) for o in rule.options)
         if named or (not flag.startswith("--") and any(c in flag[1:] for c in rule.letters)):
             ctx.add(f"{call.name} {flag}")
-    operands = [w.text for w in _positionals(call.args, rule.values)]
+    operands = [w.text for w in positionals(call.args, rule.values)]
     for phrase in operands if rule.anywhere else [" ".join(operands[:1]), " ".join(operands[:2])]:
         if phrase in rule.subcommands:
             ctx.add(f"{call.name} {phrase}")
 
 
-def _check_rm(call: _Call, ctx: _Context, _depth: int) -> None:
-    flags, operands = _flags(call.args), _positionals(call.args)
-    if ("--recursive" in flags or {"r", "R"} & set(_letters(flags))) and (operands or call.computed):
-        ctx.add(_clip(f"recursive rm of {' '.join(w.text for w in operands) or 'paths from stdin'}"))
+def check_rm(call: Call, ctx: Context, _depth: int) -> None:
+    flags, operands = flags_of(call.args), positionals(call.args)
+    if ("--recursive" in flags or {"r", "R"} & set(letters_of(flags))) and (operands or call.computed):
+        ctx.add(clip(f"recursive rm of {' '.join(w.text for w in operands) or 'paths from stdin'}"))
     if call.computed or any(w.dynamic for w in operands):
         ctx.add(f"{call.name} of paths known only at run time")
     for word in operands:
@@ -53,43 +53,43 @@ def _check_rm(call: _Call, ctx: _Context, _depth: int) -> None:
             ctx.add(f"{call.name} of protected path {hit}")
 
 
-def _check_dd(call: _Call, ctx: _Context, _depth: int) -> None:
+def check_dd(call: Call, ctx: Context, _depth: int) -> None:
     for word in call.args:
         if word.text.startswith("of=") and word.text != "of=/dev/null":
             ctx.add(f"dd writing to {word.text[3:]}")
 
 
-def _sources_and_destination(call: _Call) -> tuple[list[str], str | None]:
+def _sources_and_destination(call: Call) -> tuple[list[str], str | None]:
     """Operands of cp, mv or ln, honouring ``-t DIR``."""
-    operands = [w.text for w in _positionals(call.args, frozenset({"-t", "--target-directory", "-S"}))]
-    if target := _option_values(call.args, frozenset({"-t", "--target-directory"})):
+    operands = [w.text for w in positionals(call.args, frozenset({"-t", "--target-directory", "-S"}))]
+    if target := option_values(call.args, frozenset({"-t", "--target-directory"})):
         return operands, target[0]
     return (operands[:-1], operands[-1]) if len(operands) > 1 else (operands, None)
 
 
 def _is_top_level(path: str) -> bool:
-    return path.startswith("/") and _normalise(path).count("/") == 1
+    return path.startswith("/") and normalise(path).count("/") == 1
 
 
-def _check_mv_cp_ln(call: _Call, ctx: _Context, _depth: int) -> None:
+def check_mv_cp_ln(call: Call, ctx: Context, _depth: int) -> None:
     """mv takes its sources away; cp, ln -f and mv write over their destination."""
     sources, destination = _sources_and_destination(call)
     for path in sources if call.name == "mv" else ():
         if hit := ctx.protected_hit(path, ancestors=True):
             ctx.add(f"mv of protected path {hit}")
         elif _is_top_level(path):
-            ctx.add(f"mv of top-level directory {_normalise(path)}")
-    flags = _flags(call.args)
-    forced = call.name != "ln" or "f" in _letters(flags) or "--force" in flags
+            ctx.add(f"mv of top-level directory {normalise(path)}")
+    flags = flags_of(call.args)
+    forced = call.name != "ln" or "f" in letters_of(flags) or "--force" in flags
     if forced and destination is not None and (hit := ctx.overwrites(destination)):
         ctx.add(f"{call.name}{' -f' if call.name == 'ln' else ''} onto protected path {hit}")
 
 
-def _check_tee(call: _Call, ctx: _Context, _depth: int) -> None:
-    flags = _flags(call.args)
-    if "a" in _letters(flags) or "--append" in flags:
+def check_tee(call: Call, ctx: Context, _depth: int) -> None:
+    flags = flags_of(call.args)
+    if "a" in letters_of(flags) or "--append" in flags:
         return
-    for word in _positionals(call.args):
+    for word in positionals(call.args):
         if hit := ctx.overwrites(word.text):
             ctx.add(f"tee onto protected path {hit}")
 
@@ -97,24 +97,24 @@ def _check_tee(call: _Call, ctx: _Context, _depth: int) -> None:
 _SED_SCRIPT = frozenset({"-e", "-f", "--expression", "--file"})
 
 
-def _check_sed(call: _Call, ctx: _Context, _depth: int) -> None:
-    flags = _flags(call.args)
+def check_sed(call: Call, ctx: Context, _depth: int) -> None:
+    flags = flags_of(call.args)
     if not any(re.match(r"-[nrEsuz]*i|--in-place", flag) for flag in flags):
         return
-    files = _positionals(call.args, _SED_SCRIPT | {"-l", "--line-length"})
-    if not (_option_values(call.args, _SED_SCRIPT) or any(f.startswith(("-e", "-f")) for f in flags)):
+    files = positionals(call.args, _SED_SCRIPT | {"-l", "--line-length"})
+    if not (option_values(call.args, _SED_SCRIPT) or any(f.startswith(("-e", "-f")) for f in flags)):
         files = files[1:]  # the first operand is the script
     for word in files:
         if hit := ctx.protected_hit(word.text):
             ctx.add(f"sed -i on protected path {hit}")
 
 
-def _check_tar(call: _Call, ctx: _Context, _depth: int) -> None:
+def check_tar(call: Call, ctx: Context, _depth: int) -> None:
     texts = [w.text for w in call.args]
     old_style = bool(texts) and not texts[0].startswith("-") and "x" in texts[0]  # tar xzf a.tgz
-    if not (old_style or "x" in _letters(_flags(call.args)) or {"--extract", "--get"} & set(texts)):
+    if not (old_style or "x" in letters_of(flags_of(call.args)) or {"--extract", "--get"} & set(texts)):
         return
-    for directory in _option_values(call.args, frozenset({"-C", "--directory"})):
+    for directory in option_values(call.args, frozenset({"-C", "--directory"})):
         where = ctx.resolve(directory)
         if where is not None and (where == "/" or (_is_top_level(where) and where != "/tmp")):
             ctx.add(f"tar extraction into {where}")
@@ -124,7 +124,7 @@ def _check_tar(call: _Call, ctx: _Context, _depth: int) -> None:
 
 def _git_is_risky(sub: str, rest: list[str]) -> bool:
     flags = [t for t in rest if t.startswith("-")]
-    short, operands = _letters(flags), [t for t in rest if not t.startswith("-")]
+    short, operands = letters_of(flags), [t for t in rest if not t.startswith("-")]
     forced = "f" in short or "--force" in flags
     if sub in ("rebase", "filter-branch", "filter-repo"):
         return True
@@ -144,17 +144,17 @@ def _git_is_risky(sub: str, rest: list[str]) -> bool:
     return sub in ("stash", "reflog") and operands[:1] in (["drop"], ["clear"], ["expire"], ["delete"])
 
 
-def _check_git(call: _Call, ctx: _Context, _depth: int) -> None:
+def check_git(call: Call, ctx: Context, _depth: int) -> None:
     values = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"})
-    i, _seen = _skip_options(call.args, 0, values)
+    i, _seen = skip_options(call.args, 0, values)
     if i >= len(call.args):
         return
     sub, rest = call.args[i].text, [w.text for w in call.args[i + 1 :]]
     if _git_is_risky(sub, rest):
-        ctx.add(_clip(f"git {sub} {' '.join(rest)}"))
+        ctx.add(clip(f"git {sub} {' '.join(rest)}"))
 
 
-def _check_kill(call: _Call, ctx: _Context, _depth: int) -> None:
+def check_kill(call: Call, ctx: Context, _depth: int) -> None:
     texts = [w.text for w in call.args]
     if texts[:1] in (["-s"], ["-n"]):
         texts = texts[2:]  # -s KILL
@@ -166,24 +166,24 @@ def _check_kill(call: _Call, ctx: _Context, _depth: int) -> None:
         ctx.add("kill of every process (kill -1)")
 
 
-def _check_cd(call: _Call, ctx: _Context, _depth: int) -> None:
-    operands = _positionals(call.args)
+def check_cd(call: Call, ctx: Context, _depth: int) -> None:
+    operands = positionals(call.args)
     ctx.cwd = ctx.resolve(operands[0].text) if operands and not operands[0].dynamic else None
 
 
-_DISK = "rewrites disks or partitions"
-_ALWAYS: dict[str, str] = {
-    **dict.fromkeys(("wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "gdisk", "sgdisk", "mkswap"), _DISK),
-    "blkdiscard": _DISK,
+DISK = "rewrites disks or partitions"
+ALWAYS: dict[str, str] = {
+    **dict.fromkeys(("wipefs", "fdisk", "sfdisk", "cfdisk", "parted", "gdisk", "sgdisk", "mkswap"), DISK),
+    "blkdiscard": DISK,
     **dict.fromkeys(("shred", "truncate"), "destroys file contents"),
     **dict.fromkeys(("killall", "killall5", "pkill"), "kills processes by name"),
     **dict.fromkeys(("shutdown", "reboot", "halt", "poweroff"), "stops the machine"),
     **dict.fromkeys(("userdel", "deluser", "groupdel"), "deletes accounts"),
 }
-_UNREADABLE_NAMES = frozenset({"rm", "dd", "find", *_ALWAYS})
+UNREADABLE_NAMES = frozenset({"rm", "dd", "find", *ALWAYS})
 
 _DOCKER = "rm|rmi|system prune|container prune|container rm|image prune|image rm|volume rm|volume prune|network prune"
-_RULES: dict[str, _Rule] = {
+RULES: dict[str, _Rule] = {
     **dict.fromkeys(("apt", "apt-get", "aptitude"), _rule("remove|purge|autoremove|autopurge", values="-o -c -t")),
     **dict.fromkeys(("yum", "dnf", "microdnf"), _rule("remove|erase|autoremove")),
     **dict.fromkeys(("conda", "mamba", "micromamba"), _rule("remove|uninstall|env remove", values="-n -p")),

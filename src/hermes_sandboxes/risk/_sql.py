@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from hermes_sandboxes.risk.context import _Context
-from hermes_sandboxes.risk.shell import _Call, _option_values, _positionals
+from hermes_sandboxes.risk._context import Context
+from hermes_sandboxes.risk._shell import Call, option_values, positionals
 
 _SQL_DROP = re.compile(
     r"\bDROP\s+(MATERIALIZED\s+VIEW|TABLE|DATABASE|SCHEMA|INDEX|VIEW|USER|ROLE|COLUMN|TRIGGER"
@@ -14,7 +14,7 @@ _SQL_DROP = re.compile(
 _SQL_UPDATE = re.compile(r"\bUPDATE\s+\S+\s+SET\b")
 
 
-def _sql_reasons(sql: str) -> list[str]:
+def sql_reasons(sql: str) -> list[str]:
     """What is destructive in ``sql``: DROP, TRUNCATE, and DELETE or UPDATE without WHERE."""
     reasons = []
     text = re.sub(r"'(?:[^']|'')*'", "''", sql)  # string literals first: '--' in a string is no comment
@@ -31,7 +31,7 @@ def _sql_reasons(sql: str) -> list[str]:
     return reasons
 
 
-_SQL_OPTIONS = {  # where each client takes its SQL on the command line
+SQL_OPTIONS = {  # where each client takes its SQL on the command line
     **dict.fromkeys(("mysql", "mariadb"), frozenset({"-e", "--execute"})),
     "psql": frozenset({"-c", "--command"}),
     "sqlcmd": frozenset({"-Q", "-q"}),
@@ -42,17 +42,17 @@ _SQL_OPTIONS = {  # where each client takes its SQL on the command line
 _MONGO_DANGER = re.compile(r"\.\s*(dropDatabase|drop|dropIndexes)\s*\(|\.\s*(deleteMany|remove)\s*\(\s*\{\s*\}\s*\)")
 
 
-def _check_database(call: _Call, ctx: _Context, _depth: int) -> None:
+def check_database(call: Call, ctx: Context, _depth: int) -> None:
     heredocs = [doc.body for doc in call.cmd.stdin]
     if call.name in ("mongo", "mongosh"):
-        for code in [*_option_values(call.args, frozenset({"--eval"})), *heredocs]:
+        for code in [*option_values(call.args, frozenset({"--eval"})), *heredocs]:
             if match := _MONGO_DANGER.search(code):
                 ctx.add(f"MongoDB {match.group(1) or match.group(2)}")
         return
-    statements = _option_values(call.args, _SQL_OPTIONS[call.name]) + heredocs
+    statements = option_values(call.args, SQL_OPTIONS[call.name]) + heredocs
     if call.name in ("sqlite3", "duckdb"):  # sqlite3 app.db 'DELETE FROM users'
         values = frozenset({"-cmd", "-separator", "-nullvalue", "-newline", "-init"})
-        statements += [w.text for w in _positionals(call.args, values)[1:]]
-    for reason in (r for sql in statements for r in _sql_reasons(sql)):
+        statements += [w.text for w in positionals(call.args, values)[1:]]
+    for reason in (r for sql in statements for r in sql_reasons(sql)):
         ctx.add(reason)
 
