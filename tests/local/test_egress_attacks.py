@@ -164,6 +164,7 @@ def test_an_intercepted_request_that_names_another_authority_is_refused(
         "Host behind a bare LF": f"GET /auth HTTP/1.1\nHost: {here}\nX-Note: a<LF>Host: other.test",
         "Host behind a bare CR": f"GET /auth HTTP/1.1\nHost: {here}\nX-Note: a<CR>Host: other.test",
         "CONNECT in the tunnel": "CONNECT other.test:443 HTTP/1.1\nHost: other.test:443",
+        "HTTP/2 prior knowledge (:authority)": "PRI * HTTP/2.0\n\nSM",
     }
     for label, head in attacks.items():
         before = len(https_a.seen)
@@ -180,6 +181,16 @@ def test_an_absolute_target_naming_the_tunnel_s_own_host_goes_out_in_origin_form
                  f"GET https://{here}/auth HTTP/1.1\nHost: {here}\nAuthorization: Bearer $TOKEN")
     assert answer.endswith("\r\n\r\nsecret-arrived\n"), answer[-300:]
     assert [s.target for s in https_a.seen[before:]] == ["/auth"]
+
+
+def test_http2_is_not_offered_so_no_authority_pseudo_header_goes_unchecked(
+        attacker: LocalSandbox, https_a: egress_kit.Server) -> None:
+    """HTTP/2 names the host in :authority; the proxy speaks HTTP/1.1 only (no ALPN), so a client
+    asking for h2 talks HTTP/1.1, whose Host is checked."""
+    got = sh(attacker, f'{CURL} -f --http2 -w " %{{http_version}}" -H "Authorization: Bearer $GITHUB_TOKEN" '
+                       f"{https_a.url}/auth").stdout
+    answer, version = got.split()
+    assert answer == "secret-arrived" and version in ("1", "1.1"), got  # never "2"
 
 
 def test_routing_headers_never_reach_the_server(attacker: LocalSandbox, https_a: egress_kit.Server) -> None:
