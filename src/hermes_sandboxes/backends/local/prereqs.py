@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_sandboxes.backends.local import userns
-from hermes_sandboxes.util.values import dataclass
 
 SYSCTL = Path("/proc/sys")
 APPARMOR_PROFILE = Path("/etc/apparmor.d/hermes-sandboxes")

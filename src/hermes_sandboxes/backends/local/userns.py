@@ -17,11 +17,8 @@ Kept to the standard library: the launcher (forked from the fork server) uses ``
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pwd
-import shutil
-import subprocess
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
@@ -105,6 +102,8 @@ def _user_name(uid: int) -> str:
 
 def newidmap_tools() -> tuple[str, str] | None:
     """Paths of newuidmap and newgidmap, if both are installed."""
+    import shutil  # (with subprocess and hashlib: not for the hot path of an exec, which imports this module)
+
     uid_tool, gid_tool = shutil.which("newuidmap"), shutil.which("newgidmap")
     return (uid_tool, gid_tool) if uid_tool and gid_tool else None
 
@@ -135,6 +134,8 @@ def _claim_key(home: Path, name: str) -> str:
 
 
 def _candidates(key: str) -> Iterator[int]:
+    import hashlib
+
     first = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % ROOT_RANGE_SLOTS
     for i in range(ROOT_RANGE_SLOTS):
         yield (first + i) % ROOT_RANGE_SLOTS
@@ -194,6 +195,8 @@ def write_maps(pid: int, idmap: IdMap) -> None:
     tools = newidmap_tools()
     if tools is None:
         raise OSError("newuidmap/newgidmap are not installed (apt-get install uidmap)")
+    import subprocess
+
     for tool, lines in zip(tools, (idmap.uids, idmap.gids), strict=True):
         argv = [tool, str(pid), *(str(n) for line in lines for n in line)]
         proc = subprocess.run(argv, capture_output=True, text=True, close_fds=True)
