@@ -158,156 +158,161 @@ class HttpServer:
         self.running.close()
 
 
-def _handler(server: HttpServer) -> type[BaseHTTPRequestHandler]:  # noqa: C901 - its class's methods count here
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "hermes-sandboxes-mcp"
+class _Handler(BaseHTTPRequestHandler):
+    """One HTTP request; ``owner`` is the server it belongs to (set by ``_handler``)."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # requests carry the token: nothing of them goes to a log
+    owner: HttpServer
+    protocol_version = "HTTP/1.1"
+    server_version = "hermes-sandboxes-mcp"
 
-        def _refuse(self, status: int, message: str, **headers: str) -> None:
-            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # requests carry the token: nothing of them goes to a log
 
-        def _admitted(self) -> bool:
-            """The DNS-rebinding and token checks, answered with a refusal when one fails."""
-            host = self.headers.get("Host", "")
-            origin = self.headers.get("Origin")
-            if host not in server.allowed_hosts():
-                self._refuse(403, f"Host {host!r} is not this server's loopback address")
-                return False
-            if origin is not None and origin.removeprefix("http://") not in server.allowed_hosts():
-                self._refuse(403, f"Origin {origin!r} may not use this server")
-                return False
-            given = self.headers.get("Authorization", "")
-            expected = f"Bearer {server.token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                self._refuse(401, "a bearer token is required (see docs/mcp.md: the token file)",
-                             **{"WWW-Authenticate": 'Bearer realm="hermes-sandboxes"'})
-                return False
-            if self.path.split("?")[0] != PATH:
-                self._refuse(404, f"the MCP endpoint is {PATH}")
-                return False
-            return True
+    def _refuse(self, status: int, message: str, **headers: str) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def do_GET(self) -> None:
-            if self._admitted():
-                self._refuse(405, "this server sends no messages unasked: no stream to open", Allow="POST, DELETE")
+    def _admitted(self) -> bool:
+        """The DNS-rebinding and token checks, answered with a refusal when one fails."""
+        host = self.headers.get("Host", "")
+        origin = self.headers.get("Origin")
+        if host not in self.owner.allowed_hosts():
+            self._refuse(403, f"Host {host!r} is not this server's loopback address")
+            return False
+        if origin is not None and origin.removeprefix("http://") not in self.owner.allowed_hosts():
+            self._refuse(403, f"Origin {origin!r} may not use this server")
+            return False
+        given = self.headers.get("Authorization", "")
+        expected = f"Bearer {self.owner.token}"
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            self._refuse(401, "a bearer token is required (see docs/mcp.md: the token file)",
+                         **{"WWW-Authenticate": 'Bearer realm="hermes-sandboxes"'})
+            return False
+        if self.path.split("?")[0] != PATH:
+            self._refuse(404, f"the MCP endpoint is {PATH}")
+            return False
+        return True
 
-        def do_DELETE(self) -> None:
-            if not self._admitted():
+    def do_GET(self) -> None:
+        if self._admitted():
+            self._refuse(405, "this server sends no messages unasked: no stream to open", Allow="POST, DELETE")
+
+    def do_DELETE(self) -> None:
+        if not self._admitted():
+            return
+        if not self.owner.end_session(self.headers.get(SESSION_HEADER, "")):
+            self._refuse(404, "no such session")
+            return
+        self.send_response(204)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        if not self._admitted():
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self._refuse(413, f"a request body is at most {MAX_BODY} bytes")
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except ValueError:
+            self._refuse(400, "the body is not JSON")
+            return
+        messages = body if isinstance(body, list) else [body]
+        if not messages or not all(isinstance(m, dict) for m in messages):
+            self._refuse(400, "the body is not a JSON-RPC message")
+            return
+        opened_here = None
+        if any(m.get("method") == "initialize" for m in messages):
+            session_id, session, routes = self.owner.open_session()
+            opened_here = session_id
+        else:
+            with self.owner.lock:
+                found = self.owner.sessions.get(self.headers.get(SESSION_HEADER, ""))
+            if found is None:
+                self._refuse(404 if self.headers.get(SESSION_HEADER) else 400,
+                             "unknown or missing Mcp-Session-Id: initialize first")
                 return
-            if not server.end_session(self.headers.get(SESSION_HEADER, "")):
-                self._refuse(404, "no such session")
+            session, routes = found
+            session_id = self.headers.get(SESSION_HEADER, "")
+            version = self.headers.get("MCP-Protocol-Version")
+            if version is not None and version not in PROTOCOL_VERSIONS:
+                self._refuse(400, f"unsupported MCP-Protocol-Version {version!r}")
                 return
-            self.send_response(204)
+        requests = [m for m in messages if "method" in m and "id" in m]
+        if not requests:
+            session.receive(body)
+            self.send_response(202)
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        self._answer(session, routes, body, requests, session_id if opened_here else None)
 
-        def do_POST(self) -> None:
-            if not self._admitted():
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._refuse(413, f"a request body is at most {MAX_BODY} bytes")
-                return
-            try:
-                body = json.loads(self.rfile.read(length) or b"null")
-            except ValueError:
-                self._refuse(400, "the body is not JSON")
-                return
-            messages = body if isinstance(body, list) else [body]
-            if not messages or not all(isinstance(m, dict) for m in messages):
-                self._refuse(400, "the body is not a JSON-RPC message")
-                return
-            opened_here = None
-            if any(m.get("method") == "initialize" for m in messages):
-                session_id, session, routes = server.open_session()
-                opened_here = session_id
-            else:
-                with server.lock:
-                    found = server.sessions.get(self.headers.get(SESSION_HEADER, ""))
-                if found is None:
-                    self._refuse(404 if self.headers.get(SESSION_HEADER) else 400,
-                                 "unknown or missing Mcp-Session-Id: initialize first")
-                    return
-                session, routes = found
-                session_id = self.headers.get(SESSION_HEADER, "")
-                version = self.headers.get("MCP-Protocol-Version")
-                if version is not None and version not in PROTOCOL_VERSIONS:
-                    self._refuse(400, f"unsupported MCP-Protocol-Version {version!r}")
-                    return
-            requests = [m for m in messages if "method" in m and "id" in m]
-            if not requests:
-                session.receive(body)
-                self.send_response(202)
-                self.send_header("Content-Length", "0")
+    def _answer(self, session: Session, routes: _Routes, body: Any, requests: list[dict[str, Any]],
+                new_session: str | None) -> None:
+        inboxes = [(r, routes.open(r)) for r in requests]
+        try:
+            session.receive(body)
+            streaming = "text/event-stream" in self.headers.get("Accept", "")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream" if streaming else "application/json")
+            if new_session is not None:
+                self.send_header(SESSION_HEADER, new_session)
+            if streaming:
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
                 self.end_headers()
+                for request, inbox in inboxes:
+                    self._stream(session, request, inbox)
+                self.close_connection = True
                 return
-            self._answer(session, routes, body, requests, session_id if opened_here else None)
+            answers = [a for r, inbox in inboxes if (a := self._wait(session, r, inbox, None)) is not None]
+            data = json.dumps(answers if isinstance(body, list) else (answers[0] if answers else {})).encode()
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away; a command it started runs on until cancelled or the session ends
+        finally:
+            for request, _ in inboxes:
+                routes.close(request)
 
-        def _answer(self, session: Session, routes: _Routes, body: Any, requests: list[dict[str, Any]],
-                    new_session: str | None) -> None:
-            inboxes = [(r, routes.open(r)) for r in requests]
+    def _stream(self, session: Session, request: dict[str, Any], inbox: queue.Queue[dict[str, Any]]) -> None:
+        def event(message: dict[str, Any]) -> None:
+            self.wfile.write(f"event: message\ndata: {json.dumps(message)}\n\n".encode())
+            self.wfile.flush()
+
+        answer = self._wait(session, request, inbox, event)
+        if answer is not None:
+            event(answer)
+
+    def _wait(self, session: Session, request: dict[str, Any], inbox: queue.Queue[dict[str, Any]],
+              on_progress: Any) -> dict[str, Any] | None:
+        """The response to ``request`` (None if it was cancelled and will get none), passing
+        progress notifications to ``on_progress`` (dropped when None) meanwhile."""
+        while True:
             try:
-                session.receive(body)
-                streaming = "text/event-stream" in self.headers.get("Accept", "")
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream" if streaming else "application/json")
-                if new_session is not None:
-                    self.send_header(SESSION_HEADER, new_session)
-                if streaming:
-                    self.send_header("Cache-Control", "no-cache")
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    for request, inbox in inboxes:
-                        self._stream(session, request, inbox)
-                    self.close_connection = True
-                    return
-                answers = [a for r, inbox in inboxes if (a := self._wait(session, r, inbox, None)) is not None]
-                data = json.dumps(answers if isinstance(body, list) else (answers[0] if answers else {})).encode()
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client went away; a command it started runs on until cancelled or the session ends
-            finally:
-                for request, _ in inboxes:
-                    routes.close(request)
+                message = inbox.get(timeout=0.25)
+            except queue.Empty:
+                if not session.in_flight(request["id"]) and inbox.empty():
+                    return None
+                continue
+            if "method" not in message:
+                return message
+            if on_progress is not None:
+                on_progress(message)
 
-        def _stream(self, session: Session, request: dict[str, Any], inbox: queue.Queue[dict[str, Any]]) -> None:
-            def event(message: dict[str, Any]) -> None:
-                self.wfile.write(f"event: message\ndata: {json.dumps(message)}\n\n".encode())
-                self.wfile.flush()
 
-            answer = self._wait(session, request, inbox, event)
-            if answer is not None:
-                event(answer)
 
-        def _wait(self, session: Session, request: dict[str, Any], inbox: queue.Queue[dict[str, Any]],
-                  on_progress: Any) -> dict[str, Any] | None:
-            """The response to ``request`` (None if it was cancelled and will get none), passing
-            progress notifications to ``on_progress`` (dropped when None) meanwhile."""
-            while True:
-                try:
-                    message = inbox.get(timeout=0.25)
-                except queue.Empty:
-                    if not session.in_flight(request["id"]) and inbox.empty():
-                        return None
-                    continue
-                if "method" not in message:
-                    return message
-                if on_progress is not None:
-                    on_progress(message)
-
-    return Handler
+def _handler(server: HttpServer) -> type[BaseHTTPRequestHandler]:
+    return type("Handler", (_Handler,), {"owner": server})
 
 
 def serve_http(running: Running, *, port: int, state_dir: Path) -> int:
