@@ -312,3 +312,19 @@ def test_the_certificate_cache_is_bounded(tmp_path: Path) -> None:
         authority.context_for(f"h{i}.test")
     assert len(authority) == tls.CACHE_SIZE
     assert authority.context_for("first.test") is not first  # the oldest went
+
+
+def test_new_certificates_are_issued_at_a_bounded_rate(tmp_path: Path) -> None:
+    """Thousands of host names must not buy thousands of signatures at once: past the burst, a new
+    leaf waits for its turn (a lower bound on the time, whatever the machine's load)."""
+    from hermes_sandboxes.egress import tls
+
+    tls.create_ca(tmp_path / "ca")
+    authority = tls.Authority(tmp_path / "ca", burst=4, rate=20.0)
+    started = time.monotonic()
+    for i in range(14):
+        authority.context_for(f"rate{i}.test")
+    assert time.monotonic() - started >= (14 - 4) / 20.0 * 0.99
+    known = authority.context_for("rate0.test")
+    assert authority.context_for("rate0.test.") is known  # a known host is served from the cache, no new leaf
+    assert len(authority) == 14

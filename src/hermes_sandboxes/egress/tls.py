@@ -5,7 +5,8 @@ sandbox sees masked; only its certificate enters a sandbox, as a trust bundle. T
 short-lived leaf certificate per host on demand (one key per proxy process, kept in memory) and
 keeps the TLS contexts of the hosts used last: a bounded cache, keyed by the host's normal form (lower
 case, no trailing dot, an address in its canonical spelling), so a sandbox that names one host in
-thousands of spellings, or thousands of hosts, costs the host a bounded amount of memory. The
+thousands of spellings, or thousands of hosts, costs the host a bounded amount of memory; new
+certificates are issued at a bounded rate, so it costs a bounded share of the host's CPU too. The
 certificate work is the ``cryptography`` package's; nothing here does cryptography by hand.
 """
 
@@ -17,6 +18,7 @@ import os
 import ssl
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -30,6 +32,32 @@ from hermes_sandboxes.allowlist import canonical_host
 _CA_DAYS = 3650
 _LEAF_DAYS = 7
 CACHE_SIZE = 128  # TLS contexts kept (~20 KB each); past that the least recently used goes
+# New leaf certificates (a signature each, milliseconds of host CPU outside the sandbox's limits): a
+# burst, then this many per second; a sandbox cycling through host names waits for its turn.
+ISSUE_BURST = 64
+ISSUE_RATE = 16.0
+
+
+class _Bucket:
+    """A token bucket: ``take`` returns once a token is there (sleeping meanwhile)."""
+
+    def __init__(self, burst: int, rate: float) -> None:
+        self.burst, self.rate = burst, rate
+        self.tokens = float(burst)
+        self.stamp = time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+                self.stamp = now
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                wait = (1 - self.tokens) / self.rate
+            time.sleep(wait)
 
 
 def _name(common: str) -> x509.Name:
@@ -80,7 +108,8 @@ class Authority:
     """Issues leaf certificates from the CA in ``directory``; thread-safe, cached per normal host name
     (at most ``CACHE_SIZE``)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, burst: int = ISSUE_BURST, rate: float = ISSUE_RATE) -> None:
+        self._issue = _Bucket(burst, rate)
         self._ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
         self._ca_cert = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
         self._key = ec.generate_private_key(ec.SECP256R1())
@@ -94,6 +123,7 @@ class Authority:
             if context is not None:
                 self._contexts.move_to_end(name)
                 return context
+        self._issue.take()
         context = self._make_context(name)  # outside the lock: one slow signature blocks no other host
         with self._lock:
             self._contexts[name] = context
