@@ -199,7 +199,7 @@ def undo(target: Target, args: Sequence[str]) -> str:
         return "\n".join([f"Undo in {target.name} back to {_checkpoint_line(cp)}", "This throws away:",
                           *_preview_lines(preview), f"To go ahead: /sandbox undo {cp.id} --yes"])
     with target.busy():
-        discarded = target.recorded.restore(cp.id)
+        discarded = target.recorded.restore(preview)  # what the preview found: one pass
         if target.env is not None:
             target.env.after_restore()  # re-send what Hermes syncs, fresh shell snapshot
     conversation.leave_note(target.recorded, cp.id, discarded, _changes_text(preview))
