@@ -63,7 +63,7 @@ def test_ls_shows_last_used_and_gc_unused_for_needs_a_yes(local_backend: LocalBa
     os.utime(journal, (old, old))  # as if nothing had used it for 20 days
     assert "20 d" in ok(home, "ls").stdout or "20d" in ok(home, "ls").stdout
     refused = hs(home, "gc", "--unused-for", "14d")  # stdin is not a terminal here
-    assert refused.exit_code != 0 and "add --yes" in refused.output, refused.output
+    assert refused.exit_code == 2 and "add --yes" in refused.output, refused.output
     assert box.name in refused.output and box.name in local_backend.names()
     assert box.name not in ok(home, "gc", "--unused-for", "30d").output  # not unused that long
     done = ok(home, "gc", "--unused-for", "14d", "--yes")
