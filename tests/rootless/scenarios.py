@@ -16,7 +16,9 @@ from hermes_sandboxes.sandbox import SandboxSpec
 
 
 def _backend() -> LocalBackend:
-    return LocalBackend(tempfile.mkdtemp(prefix="hrl-", dir="/tmp"))
+    """A store in the user's home, which goes with the user (its layers hold files of the user's
+    subordinate ids, which the user alone cannot remove)."""
+    return LocalBackend(tempfile.mkdtemp(prefix="hrl-", dir=Path.home()))
 
 
 def confinement() -> dict[str, Any]:
