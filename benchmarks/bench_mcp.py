@@ -150,8 +150,9 @@ def main() -> int:
     args = parser.parse_args()
     runs, spawns = (20, 3) if args.quick else (args.runs, args.spawns)
     scratch = Path(tempfile.mkdtemp(prefix="hbmcp-", dir="/tmp"))
+    (scratch / "config.toml").write_text("# empty: the defaults apply\n")  # (a named config file must exist)
     env = {**os.environ, "HERMES_SANDBOXES_STATE": str(scratch / "state"),
-           "HERMES_SANDBOXES_CONFIG": str(scratch / "absent.toml")}
+           "HERMES_SANDBOXES_CONFIG": str(scratch / "config.toml")}
     argv = [*CLI, "--home", str(scratch / "store"), "mcp", "--prefix", "bench"]
     load_before = os.getloadavg()
     try:

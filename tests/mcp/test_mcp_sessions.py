@@ -205,3 +205,17 @@ def test_initialize_is_answered_before_settings_models_or_backends_are_loaded(lo
 def test_mcp_help_comes_from_the_full_cli() -> None:
     shown = subprocess.run([COMMAND, "mcp", "--help"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "--allow-network-changes" in shown.stdout and "claude mcp add" in shown.stdout
+
+
+def test_a_settings_error_is_a_tool_error_naming_its_source_and_the_server_goes_on(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.toml"
+    params = stdio_params("mcp", env={"HERMES_SANDBOXES_CONFIG": str(missing)})
+
+    async def scenario(client: Client) -> tuple[str, str]:
+        first = await call_error(client, "sandbox_list")
+        tools = [t.name for t in (await client.list_tools()).tools]
+        return first, ",".join(tools)
+
+    said, tools = drive(params, scenario)
+    assert f"$HERMES_SANDBOXES_CONFIG={missing}" in said and "no such file" in said, said
+    assert "exec" in tools.split(",")

@@ -80,16 +80,14 @@ def try_mcp(args: list[str]) -> int | None:
     from hermes_sandboxes.errors import SandboxError
 
     def workspace() -> Workspace:
-        import os
-
         from hermes_sandboxes.cli.config import parse_overrides
         from hermes_sandboxes.cli.session import Workspace
 
-        overrides = parse_overrides(found["options"])
+        overrides, labels = parse_overrides(found["options"]), {}
         if found["home"] is not None:
-            overrides["home"] = found["home"]
-        backend = found["backend"] or os.environ.get("HERMES_SANDBOXES_BACKEND") or None
-        return Workspace(backend, found["config"] or os.environ.get("HERMES_SANDBOXES_CONFIG") or None, overrides)
+            overrides["home"], labels["home"] = found["home"], "--home"
+        # (the backend and config file variables are read by the settings loader, as for the click CLI)
+        return Workspace(found["backend"], found["config"], overrides, labels)
 
     try:
         return serve(workspace, use_http=found["use_http"], port=found["port"], pinned=found["pinned"],
