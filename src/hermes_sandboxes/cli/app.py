@@ -96,8 +96,8 @@ def _usage_hint(exc: click.ClickException) -> str:
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="Override one of the backend's settings (repeatable), e.g. -o network=loopback.")
 @click.option("--home", type=click.Path(file_okay=False),
-              help="Local backend: where sandboxes live (setting 'home'; default $HERMES_SANDBOXES_HOME "
-                   "or /var/lib/hermes-sandboxes).")
+              help="Local backend: where sandboxes live (setting 'home'; default $HERMES_SANDBOXES_HOME, "
+                   "else /var/lib/hermes-sandboxes as root, ~/.local/share/hermes-sandboxes as anyone else).")
 @click.version_option(version=__version__, prog_name="hermes-sandboxes")
 @click.pass_context
 def cli(ctx: click.Context, backend: str | None, config_path: str | None, options: tuple[str, ...],
