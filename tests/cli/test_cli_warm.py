@@ -612,3 +612,25 @@ def test_a_client_with_fewer_capabilities_is_not_served_by_a_server_with_more(rt
     no_new_privs = subprocess.run(["setpriv", "--no-new-privs", sys.executable, "-c", code], env=rt,
                                   capture_output=True, text=True, check=True)
     assert len({full.stdout, dropped.stdout, no_new_privs.stdout}) == 3, (full, dropped, no_new_privs)
+
+
+def test_a_sandbox_started_warm_is_forked_from_the_servers_fork_server_which_leaves_with_it(
+        home: Path, rt: dict[str, str]) -> None:
+    ok(home, "config")  # the full CLI validates the settings and caches them for the fast path
+    server = warm_kit.start(rt)
+    poll(lambda: len(warm_kit.fork_servers_of(server)) == 1, "the server's fork server, started ahead")
+    [forks] = warm_kit.fork_servers_of(server)
+    assert call(cli(home, "create", "hs-finisher-fs"), rt)[0] == 0
+    # the caller's umask reaches the init (so its commands) as in-process, not the server's 077
+    argv = [str(arg) for arg in cli(home, "exec", "hs-finisher-fs", "--", "umask")]
+    done = subprocess.run(["sh", "-c", f"umask 027; exec {shlex.join(argv)}"], env=rt, capture_output=True,
+                          timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, b"0027\n"), done
+    # its init is in the fork server's session (launchers fork from it; the init makes none of its own)
+    inits = [pid for pid in warm_kit.in_session(forks) if pid != forks]
+    assert len(inits) == 1 and warm_kit.is_fork_server(inits[0]), inits
+    assert warm_kit.fork_servers_of(server) == [forks]  # the same one: no worker started another
+    assert call(cli(home, "rm", "hs-finisher-fs", "--yes"), rt)[0] == 0
+    os.kill(server, signal.SIGTERM)
+    warm_kit.wait_gone(server)
+    poll(lambda: not warm_kit.alive(forks), "the fork server leaving with its server")

@@ -128,8 +128,41 @@ def alive(pid: int) -> bool:
 
 
 def children_of(pid: int) -> list[int]:
-    """The live children of ``pid``."""
-    return _children(pid, zombies=False)
+    """The live children of ``pid`` but its fork server (a warm server's workers)."""
+    return [child for child in _children(pid, zombies=False) if not is_fork_server(child)]
+
+
+FORK_SERVER_ARGV0 = b"hermes-sandboxes-init"  # (launcher.py; a sandbox's init inherits it too)
+
+
+def is_fork_server(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == FORK_SERVER_ARGV0
+    except OSError:
+        return False
+
+
+def fork_servers_of(pid: int) -> list[int]:
+    """The live children of ``pid`` that are local fork servers."""
+    return [child for child in _children(pid, zombies=False) if is_fork_server(child)]
+
+
+def session_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat.rsplit(b")", 1)[1].split()[3])
+
+
+def in_session(sid: int) -> list[int]:
+    """The live processes of session ``sid``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != b"Z" and int(fields[3]) == sid:
+            found.append(int(entry.parent.name))
+    return found
 
 
 def zombies_of(pid: int) -> list[int]:

@@ -66,6 +66,8 @@ def _launcher(control: socket.socket, fd: int) -> None:
         with socket.socket(fileno=fd) as conn, conn.makefile("rb") as messages:
             try:
                 first = _message(messages)
+                if "umask" in first:  # the caller's, not this server's (the warm server's is 077)
+                    os.umask(first["umask"])
                 init.join_groups(first)
                 ns_fd = _user_namespace(first.get("userns"))
                 init.make_namespaces(first)

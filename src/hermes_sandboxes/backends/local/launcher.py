@@ -10,12 +10,16 @@ Starting Python and importing the init costs ~30 ms, far more on a busy machine;
 above all) that waited for a fresh interpreter, or for one started ahead that was not ready yet,
 spent most of its time there. So each host process starts one fork server (forkserver.py) on first
 use and keeps it: every start forks a launcher from it. The server holds nothing of any sandbox and
-exits when this process does (its end of the socket closes).
+exits when this process does (its end of the socket closes). The warm exec server starts its own
+ahead (``start_ahead``): its workers, forked from it, inherit the socket and reuse it, as calls of
+one API process do. Whatever a caller's process state the init inherits travels in the request
+(the umask), not from the fork server's.
 """
 
 from __future__ import annotations
 
 import marshal
+import os
 import socket
 import subprocess
 import sys
@@ -57,11 +61,17 @@ class ForkServer:
         finally:
             theirs.close()
         self.control = ours
+        self.owner = os.getpid()
         ours.send(marshal.dumps(_PACKAGE_PARENT))
+
+    def alive(self) -> bool:
+        """Whether it still runs, as far as this process can tell: a forked child (a warm worker)
+        cannot wait for its parent's child; a request to a dead one fails, and is retried."""
+        return self.process.poll() is None if os.getpid() == self.owner else True
 
     def request(self, conn: socket.socket) -> None:
         """Hand the server the socket a new launcher reads its configuration from."""
-        socket.send_fds(self.control, [b"s"], [conn.fileno()])
+        socket.send_fds(self.control, [b"s"], [conn.fileno()], socket.MSG_NOSIGNAL)
 
     def close(self) -> None:
         """The server exits once its socket closes; wait for that (it is our child)."""
@@ -73,12 +83,29 @@ _server: ForkServer | None = None
 _server_lock = threading.Lock()
 
 
+def start_ahead() -> None:
+    """Start this process's fork server now, if it has none (the warm server, for its workers)."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            _server = ForkServer()
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for a moment, for all threads)."""
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022  # (Linux < 4.7)
+
+
 def _request(conn: socket.socket) -> None:
     """Ask this process's fork server (started on first use, again if it died) for a launcher."""
     global _server
     with _server_lock:
         for attempt in (1, 2):
-            if _server is None or _server.process.poll() is not None:
+            if _server is None or not _server.alive():
                 _server = ForkServer()
             try:
                 _server.request(conn)
@@ -106,7 +133,8 @@ class Launch:
         try:
             _request(theirs)
             self._conn.sendall(marshal.dumps({"cgroups": join_dirs, "network": network,
-                                              "store_home": str(store_home), "lower": lower, **(more or {})}))
+                                              "store_home": str(store_home), "lower": lower, "umask": _umask(),
+                                              **(more or {})}))
         except BaseException:
             self._conn.close()
             raise

@@ -18,8 +18,13 @@ key's lock (two clients that start one at the same moment leave one server), and
   no request and no worker, or as soon as its socket was removed or replaced.
 
 It starts no thread (it forks), and it never runs a command, starts a sandbox or reads the host
-state itself: whatever a worker starts (the local backend's fork server, a sandbox's init) belongs
-to that worker, the host process of its call, exactly as it would belong to an in-process CLI.
+state itself: whatever a worker starts (a sandbox's init) belongs to that worker, the host process
+of its call, exactly as it would belong to an in-process CLI. It starts one process ahead: the local
+backend's fork server (launcher.py), which holds nothing of any sandbox; its workers inherit its
+socket and fork their launchers from it (a CLI call would otherwise start a fresh interpreter for
+it: ~30 ms, far more under load, on every `run` and restore). It runs with the server's uid and
+capabilities (the key's), its code is among the files the stale check watches, and it exits once
+the server and the last worker holding its socket have gone.
 The modules it preloads read neither the environment, the working directory, the clock nor the
 pid at import (each worker gets the client's): keep it so.
 """
@@ -57,6 +62,7 @@ PRELOAD = (
     "hermes_sandboxes.backends.local.store.base", "hermes_sandboxes.backends.local.hiding",
     "hermes_sandboxes.backends.local.guest.masks", "hermes_sandboxes.backends.local.guest.forwarder",
     "hermes_sandboxes.backends.local.egress", "hermes_sandboxes.hermes.sync.leases",
+    "hermes_sandboxes.backends.local.forkserver",  # (not run here: its code joins the stale check)
 )
 # pure computations whose result every worker would otherwise redo (cached by the function): the
 # local sandbox's seccomp program (importing libseccomp and compiling it cost ~140 ms per `run`)
@@ -78,7 +84,18 @@ def main(key: str) -> None:
     for module in PRELOAD:
         importlib.import_module(module)
     warm_up()
-    Server(where, key, stamped, lock).serve()
+    server = Server(where, key, stamped, lock)
+    _start_fork_server()  # (after the stale check's snapshot: a change from now on makes us stale)
+    server.serve()
+
+
+def _start_fork_server() -> None:
+    """The local backend's fork server, started ahead for the workers (one that cannot start here:
+    each worker starts its own, as in-process)."""
+    from hermes_sandboxes.backends.local import launcher
+
+    with contextlib.suppress(OSError):
+        launcher.start_ahead()
 
 
 def warm_up() -> None:
