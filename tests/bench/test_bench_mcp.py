@@ -15,7 +15,8 @@ def test_the_mcp_benchmark_runs_in_quick_mode_and_writes_every_measure(tmp_path:
     out = tmp_path / "mcp.json"
     proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and out.exists(), proc.stderr
+    # 0: every target met, 1: a target missed here now (a measurement); a crash is a traceback
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr and out.exists(), proc.stderr
     report = json.loads(out.read_text())
     results = report["results"]
     for key in ("spawn_to_initialize", "ping", "empty_tool", "exec_true", "recorded_exec_in_process"):
