@@ -30,6 +30,7 @@ def median_ms(samples: list[float]) -> float:
 
 
 def bench(runs: int, history: int, root: Path) -> dict[str, Any]:
+    (root / "config.toml").write_text("")  # an empty config of its own (a named one must exist)
     os.environ.update({"HERMES_SANDBOXES_HOME": str(root / "home"), "HERMES_SANDBOXES_STATE": str(root / "state"),
                        "HERMES_SANDBOXES_CONFIG": str(root / "config.toml"), "HERMES_SANDBOXES_WARM": "0"})
     from click.testing import CliRunner
