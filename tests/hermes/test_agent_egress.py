@@ -62,14 +62,14 @@ def test_hermes_sandbox_network_changes_the_profile_s_sandbox_for_its_next_conne
         done = subprocess.run([str(HERMES_BIN), "sandbox", "network", *words], capture_output=True, text=True,
                               env={**os.environ, "HERMES_HOME": str(hermes.home)}, timeout=120, check=False)
         assert done.returncode == code, done.stdout + done.stderr
-        return done.stdout
+        return done.stdout if code == 0 else done.stderr  # errors go to stderr, one line
 
     assert json.loads(network("allow", entry)) == {"sandbox": hermes.env().sandbox_name, "network": "proxy",
                                                   "allow": ["@pypi", entry]}
     assert hermes.run(fetch)["output"] == "200"  # the same session, no restart
     network("deny", entry)
     assert hermes.run(fetch)["exit_code"] == 22
-    assert "no entry example.com" in network("deny", "example.com", code=1)
+    assert "no entry example.com" in network("deny", "example.com", code=2)  # bad input, as the CLI says it: exit 2
     assert json.loads(network("show"))["allow"] == ["@pypi"]
 
 
