@@ -100,11 +100,18 @@ def _user_name(uid: int) -> str:
         return str(uid)
 
 
+def _which(name: str) -> str | None:
+    """``shutil.which`` without importing shutil (a launcher, forked per start, would import it)."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
+
+
 def newidmap_tools() -> tuple[str, str] | None:
     """Paths of newuidmap and newgidmap, if both are installed."""
-    import shutil  # (with subprocess and hashlib: not for the hot path of an exec, which imports this module)
-
-    uid_tool, gid_tool = shutil.which("newuidmap"), shutil.which("newgidmap")
+    uid_tool, gid_tool = _which("newuidmap"), _which("newgidmap")
     return (uid_tool, gid_tool) if uid_tool and gid_tool else None
 
 
@@ -195,14 +202,61 @@ def write_maps(pid: int, idmap: IdMap) -> None:
     tools = newidmap_tools()
     if tools is None:
         raise OSError("newuidmap/newgidmap are not installed (apt-get install uidmap)")
-    import subprocess
+    # both at once (each is a setuid exec, the costly part of a rootless start), spawned directly:
+    # a launcher is forked per start, and importing subprocess there cost more than the tools
+    running = [_spawn(tool, [str(pid), *(str(n) for line in lines for n in line)])
+               for tool, lines in zip(tools, (idmap.uids, idmap.gids), strict=True)]
+    failures = [failure for failure in (_finish(*child) for child in running) if failure]
+    if failures:
+        raise OSError(failures[0])
 
-    for tool, lines in zip(tools, (idmap.uids, idmap.gids), strict=True):
-        argv = [tool, str(pid), *(str(n) for line in lines for n in line)]
-        proc = subprocess.run(argv, capture_output=True, text=True, close_fds=True)
-        if proc.returncode != 0:
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise OSError(f"{os.path.basename(tool)} failed: {detail[-1] if detail else proc.returncode}")
+
+def _spawn(tool: str, args: list[str]) -> tuple[str, int, int]:
+    """Start ``tool`` with its stdout and stderr on a pipe; (tool, pid, read end)."""
+    read, write = os.pipe2(os.O_CLOEXEC)
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            actions = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, write, 1),
+                       (os.POSIX_SPAWN_DUP2, write, 2), *_closing_inherited()]
+            child = os.posix_spawn(tool, [tool, *args], os.environ, file_actions=actions)
+        finally:
+            os.close(devnull)
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    return tool, child, read
+
+
+def _closing_inherited() -> list[tuple[int, int]]:
+    """Close actions for every inheritable descriptor above 2 (as subprocess's close_fds): a
+    setuid tool gets none of the launcher's sockets or pipes."""
+    actions = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            inheritable = fd > 2 and os.get_inheritable(fd)
+        except OSError:  # the descriptor listdir read the directory through, closed since
+            continue
+        if inheritable:
+            actions.append((os.POSIX_SPAWN_CLOSE, fd))
+    return actions
+
+
+def _finish(tool: str, child: int, read: int) -> str | None:
+    """Wait for a spawned tool; None when it mapped, else what it said."""
+    try:
+        said = _fail_text(read)
+    finally:
+        os.close(read)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return None
+    lines = said.splitlines()
+    return f"{os.path.basename(tool)} failed: {lines[-1] if lines else code}"
 
 
 def _write(path: str, text: str) -> None:
