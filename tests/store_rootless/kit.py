@@ -9,6 +9,7 @@ ids, so whiteouts, opaque directories and files of inner users are the kernel's 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import stat
@@ -193,6 +194,27 @@ def _helper_keeps_no_lock(path: Path) -> bool:
     return other.returncode == 0 and mapped.call(os.getuid) == 0
 
 
+def _listing(root: Path) -> list[list[Any]]:
+    """Every entry under ``root`` as a copy must keep it: type, owner, mode, times, xattrs, data or
+    target or device, and which earlier entry it is a hard link of."""
+    rows: list[list[Any]] = []
+    first: dict[int, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel, st = str(path.relative_to(root)), os.lstat(path)
+        names = sorted(os.listxattr(path, follow_symlinks=False))
+        xattrs = [(n, os.getxattr(path, n, follow_symlinks=False).hex()) for n in names]
+        if stat.S_ISREG(st.st_mode):
+            with open(path, "rb") as f:
+                body: Any = [hashlib.file_digest(f, "sha256").hexdigest(), st.st_size, st.st_blocks > 0]
+        elif stat.S_ISLNK(st.st_mode):
+            body = os.readlink(path)
+        else:
+            body = st.st_rdev
+        linked = first.setdefault(st.st_ino, rel) if not stat.S_ISDIR(st.st_mode) else rel
+        rows.append([rel, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, xattrs, body, linked])
+    return rows
+
+
 def scenario_store(home: Path) -> dict[str, Any]:
     store = rootless.choose(home)
     out: dict[str, Any] = {"kind": store.kind, "cheap": store.cheap, "description": store.description,
@@ -211,8 +233,10 @@ def scenario_store(home: Path) -> dict[str, Any]:
     mapped.call(_in_overlay, base, layer, first, fresh=True)
     os.sync()
     free_before = os.statvfs(store.root).f_bfree
+    live = mapped.call(_listing, layer / "upper")
     store.snapshot("a", "c1")
     (store.checkpoints_dir("a") / "c1.json").write_text("{}")
+    out["c1_is_the_layer"] = mapped.call(_listing, store.checkpoint_path("a", "c1") / "upper") == live
     os.sync()  # allocated, not only reserved
     free_after = os.statvfs(store.root).f_bfree
     out["checkpoint_blocks"] = (free_before - free_after) * os.statvfs(store.root).f_frsize
@@ -224,8 +248,10 @@ def scenario_store(home: Path) -> dict[str, Any]:
     second = [("append", "etc/added", "more\n"), ("rm", "etc/motd", ""), ("write", "srv/new", "x")]
     mapped.call(_in_overlay, base, layer, second, fresh=True)
     out["diff_c1_vs_live"] = _changes(store, ck, layer, base)
+    live = mapped.call(_listing, layer / "upper")
     store.snapshot("a", "c2")
     (store.checkpoints_dir("a") / "c2.json").write_text("{}")
+    out["c2_is_the_layer"] = mapped.call(_listing, store.checkpoint_path("a", "c2") / "upper") == live
     out["checkpoint_ids"] = store.checkpoint_ids("a")
     c2 = store.checkpoint_path("a", "c2")
     out["c2_shares_unchanged"] = _inode(c2 / "upper/opt/tool/new") == _inode(ck / "upper/opt/tool/new")

@@ -94,6 +94,7 @@ def test_overlay_checkpoints_copy_only_what_changed_since_the_previous_one(seen:
     after a restore the layer is new and the next checkpoint a full copy. Never an inode shared
     with a live layer: every other kind copies (or snapshots) whole."""
     fs, result = seen
+    assert result["c1_is_the_layer"] and result["c2_is_the_layer"]  # every entry and attribute, links kept
     assert result["diff_c1_c2"] == result["diff_c1_vs_live"]
     assert result["c2_shares_changed"] is False
     assert result["c2_shares_unchanged"] is (fs == "ext4")

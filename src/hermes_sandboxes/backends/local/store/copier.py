@@ -19,21 +19,27 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _CHUNK = 1 << 30
+StrPath = str | Path
 
 
-def copy_tree(source: Path, target: Path) -> None:
-    """``cp -a source target`` (``target`` must not exist)."""
-    links: dict[tuple[int, int], Path] = {}
-    dirs: list[tuple[Path, Path, os.stat_result]] = []
-    pending = [(source, target)]
+def copy_tree(source: Path, target: Path, seen: dict[str, os.stat_result] | None = None) -> None:
+    """``cp -a source target`` (``target`` must not exist). ``seen``, if given, gets the lstat of
+    every entry copied, by its path relative to ``source`` (a checkpoint's manifest: no second walk)."""
+    links: dict[tuple[int, int], StrPath] = {}
+    dirs: list[tuple[str, str, os.stat_result]] = []
+    # paths as strings: building Path objects cost more per small file than its syscalls
+    pending = [(os.fspath(source), os.fspath(target), "")]
     while pending:
-        src, dst = pending.pop()
+        src, dst, rel = pending.pop()
         st = os.lstat(src)
+        if seen is not None and rel:
+            seen[rel] = st
         copy_entry(src, dst, st, links)
         if stat.S_ISDIR(st.st_mode):
             dirs.append((src, dst, st))
+            prefix = f"{rel}/" if rel else ""
             with os.scandir(src) as entries:
-                pending.extend((Path(e.path), dst / e.name) for e in entries)
+                pending.extend((e.path, f"{dst}/{e.name}", prefix + e.name) for e in entries)
     for src, dst, st in reversed(dirs):  # deepest first: filling a directory moved its times
         set_attributes(dst, st, source_path=src)
 
@@ -41,13 +47,13 @@ def copy_tree(source: Path, target: Path) -> None:
 def copy_entries(source_root: Path, target_root: Path, rels: Iterable[str]) -> None:
     """Copy each non-directory ``rel`` of ``source_root`` to the same place under ``target_root``
     (whose parents exist); hard links among them are kept."""
-    links: dict[tuple[int, int], Path] = {}
+    links: dict[tuple[int, int], StrPath] = {}
     for rel in rels:
         src = source_root / rel
         copy_entry(src, target_root / rel, os.lstat(src), links)
 
 
-def copy_entry(src: Path, dst: Path, st: os.stat_result, links: dict[tuple[int, int], Path]) -> None:
+def copy_entry(src: StrPath, dst: StrPath, st: os.stat_result, links: dict[tuple[int, int], StrPath]) -> None:
     """One entry; a directory is made empty (its attributes are the caller's to set after filling)."""
     mode = st.st_mode
     key = (st.st_dev, st.st_ino)
@@ -58,17 +64,18 @@ def copy_entry(src: Path, dst: Path, st: os.stat_result, links: dict[tuple[int, 
         os.link(links[key], dst, follow_symlinks=False)
         return
     if stat.S_ISREG(mode):
-        _copy_data(src, dst, st.st_size)
-    elif stat.S_ISLNK(mode):
-        os.symlink(os.readlink(src), dst)
-    else:  # devices, fifos, sockets; overlay whiteouts are character devices 0/0
-        os.mknod(dst, stat.S_IFMT(mode) | 0o600, st.st_rdev)
-    set_attributes(dst, st, source_path=src)
+        _copy_file(src, dst, st)
+    else:
+        if stat.S_ISLNK(mode):
+            os.symlink(os.readlink(src), dst)
+        else:  # devices, fifos, sockets; overlay whiteouts are character devices 0/0
+            os.mknod(dst, stat.S_IFMT(mode) | 0o600, st.st_rdev)
+        set_attributes(dst, st, source_path=src)
     if st.st_nlink > 1:
         links[key] = dst
 
 
-def set_attributes(dst: Path, st: os.stat_result, source_path: Path | None) -> None:
+def set_attributes(dst: StrPath, st: os.stat_result, source_path: StrPath | None) -> None:
     """Owner, mode, xattrs (from ``source_path``, or kept as they are when None) and times."""
     os.chown(dst, st.st_uid, st.st_gid, follow_symlinks=False)
     is_link = stat.S_ISLNK(st.st_mode)
@@ -96,27 +103,43 @@ def copy_dir_xattrs(src: Path, dst: Path) -> None:
         os.setxattr(dst, name, value, follow_symlinks=False)
 
 
-def _copy_data(src: Path, dst: Path, size: int) -> None:
+def _copy_file(src: StrPath, dst: StrPath, st: os.stat_result) -> None:
+    """A regular file with its data, owner, mode, xattrs and times, all through its two open
+    descriptors (one path lookup each, where the path calls cost one per attribute)."""
     fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            offset = 0
-            while offset < size:  # data runs only: holes stay holes
-                try:
-                    start = os.lseek(fin, offset, os.SEEK_DATA)
-                except OSError:
-                    break  # no data after offset (ENXIO): the rest is a hole
-                end = os.lseek(fin, start, os.SEEK_HOLE)
-                position = start
-                while position < end:
-                    copied = os.copy_file_range(fin, fout, min(end - position, _CHUNK), position, position)
-                    if copied == 0:
-                        break
-                    position += copied
-                offset = end
-            os.ftruncate(fout, size)
+            if st.st_blocks * 512 >= st.st_size:  # no holes: one run from the start to the end
+                while os.copy_file_range(fin, fout, _CHUNK):
+                    pass
+            else:
+                _copy_runs(fin, fout, st.st_size)
+            os.fchown(fout, st.st_uid, st.st_gid)
+            os.fchmod(fout, stat.S_IMODE(st.st_mode))  # after the owner: chown clears set-id bits
+            for name in os.listxattr(fin):
+                os.setxattr(fout, name, os.getxattr(fin, name))
+            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
             os.close(fout)
     finally:
         os.close(fin)
+
+
+def _copy_runs(fin: int, fout: int, size: int) -> None:
+    """The data runs of a sparse file only: holes stay holes."""
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fin, offset, os.SEEK_DATA)
+        except OSError:
+            break  # no data after offset (ENXIO): the rest is a hole
+        end = os.lseek(fin, start, os.SEEK_HOLE)
+        position = start
+        while position < end:
+            copied = os.copy_file_range(fin, fout, min(end - position, _CHUNK), position, position)
+            if copied == 0:
+                break
+            position += copied
+        offset = end
+    os.ftruncate(fout, size)

@@ -2,20 +2,20 @@
 
 Without snapshots or reflinks (ext4), a checkpoint is a copy of the sandbox's writable layer: the
 files it changed since it was created. Copying that whole layer at every checkpoint makes a
-checkpoint after a small change cost all the earlier ones again. Here a checkpoint starts as a tree
-of hard links to the files of the previous checkpoint of the same layer (``cp -al``: cost per file,
-none per byte), then takes a fresh copy of each file the sandbox changed since, and drops what it
-deleted. Checkpoints are never written after they are made, so sharing an inode between two of
-them is safe; a live layer never shares one with a checkpoint (an in-place append would leak into
-it), and a restore or fork is a full copy.
+checkpoint after a small change cost all the earlier ones again. Here a checkpoint is made in one
+walk of the live layer: an entry unchanged since the previous checkpoint of the same layer becomes
+a hard link to that checkpoint's copy (a stat and a link: cost per file, none per byte), a changed
+one a fresh copy, and what the sandbox deleted is not there. Checkpoints are never written after
+they are made, so sharing an inode between two of them is safe; a live layer never shares one with
+a checkpoint (an in-place append would leak into it), and a restore or fork is a full copy.
 
 What changed is told by a manifest written with each checkpoint: every entry of the live layer
 then, with its inode, ctime, size, mtime and mode. The kernel moves a file's ctime on every change
 of its data or metadata and no caller can set it, so an entry that is the same inode with the same
 ctime is unchanged. A manifest only speaks for the layer it was taken of (its upper directory's
 inode): after a restore the layer is a new copy, and its first checkpoint is a full copy again.
-Directories are made anew by ``cp -al``; their owners, modes, xattrs (``user.overlay.opaque``) and
-times are set from the live layer wherever something in or under them changed.
+Directories are made anew, with the live layer's owners, modes, xattrs (``user.overlay.opaque``)
+and times.
 
 Runs as root of the sandbox's user namespace (``mapped``): the layer holds inner users' files.
 """
@@ -26,7 +26,6 @@ import errno
 import json
 import os
 import stat
-import subprocess
 import time
 from pathlib import Path
 
@@ -51,10 +50,14 @@ def scan(root: Path) -> dict[str, Stat]:
             for entry in entries:
                 st = entry.stat(follow_symlinks=False)
                 path = f"{rel}/{entry.name}" if rel else entry.name
-                found[path] = (st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns, st.st_mode)
+                found[path] = _entry(st)
                 if stat.S_ISDIR(st.st_mode):
                     pending.append(path)
     return found
+
+
+def _entry(st: os.stat_result) -> Stat:
+    return st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns, st.st_mode
 
 
 def _previous(candidates: list[tuple[Path, Path]], ident: list[int]) -> tuple[Path, dict[str, Stat]] | None:
@@ -71,13 +74,6 @@ def _previous(candidates: list[tuple[Path, Path]], ident: list[int]) -> tuple[Pa
             files = {rel: (v[0], v[1], v[2], v[3], v[4]) for rel, v in data["files"].items()}
             best = (data["taken"], checkpoint, files)
     return None if best is None else (best[1], best[2])
-
-
-def _run(argv: list[str], cwd: Path | None = None) -> None:
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SandboxError(f"{argv[0]} {argv[1]} failed: {detail[-1][-300:] if detail else proc.returncode}")
 
 
 def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
@@ -113,63 +109,69 @@ def _refusal(exc: OSError) -> SandboxError:
 def _checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
     upper = layer / "upper"
     ident = _ident(upper)
-    now = scan(upper)
     previous = _previous(candidates, ident)
-    if previous is None:
-        copy_layer(layer, staged)
+    if previous is None:  # the manifest from the copy's own walk
+        seen: dict[str, os.stat_result] = {}
+        copy_layer(layer, staged, seen)
+        now = {rel[len("upper/"):]: _entry(st) for rel, st in seen.items() if rel.startswith("upper/")}
     else:
-        _run(["cp", "-al", str(previous[0]), str(staged)])
-        _apply(upper, staged / "upper", now, previous[1])
+        now = _link_or_copy(layer, staged, previous[0], previous[1])
     staged_manifest = manifest.with_name(f".tmp-{manifest.name}")
     staged_manifest.write_text(json.dumps({"upper": ident, "taken": time.time_ns(), "files": now}))
     staged_manifest.rename(manifest)
     return previous is not None
 
 
-def copy_layer(source: Path, target: Path) -> None:
+def copy_layer(source: Path, target: Path, seen: dict[str, os.stat_result] | None = None) -> None:
     """``cp -a source target``, in-process (copier.py); SandboxError if it cannot be copied."""
     try:
-        copier.copy_tree(source, target)
+        copier.copy_tree(source, target, seen)
     except OSError as exc:
         raise _refusal(exc) from None
 
 
-def _remove(path: Path) -> None:
-    if not os.path.lexists(path):
-        return
-    if os.path.isdir(path) and not os.path.islink(path):
-        _run(["rm", "-rf", "--", str(path)])
-    else:
-        os.unlink(path)
+def _link_or_copy(layer: Path, staged: Path, previous: Path, before: dict[str, Stat]) -> dict[str, Stat]:
+    """Make ``staged`` a copy of ``layer`` in one walk of its upper directory: each entry the same
+    as in ``before`` (the manifest of ``previous``, a checkpoint) is a hard link to that
+    checkpoint's copy, anything else a fresh copy; what was deleted since is simply not there.
+    Returns the new manifest. Costs a stat and a link per unchanged entry, a copy per changed one."""
+    os.mkdir(staged, 0o700)
+    copier.copy_tree(layer / "work", staged / "work")
+    live_root, copy_root = os.fspath(layer / "upper"), os.fspath(staged / "upper")
+    old_root = os.fspath(previous / "upper")
+    now: dict[str, Stat] = {}
+    links: dict[tuple[int, int], copier.StrPath] = {}
+    os.mkdir(copy_root, 0o700)
+    dirs = [(live_root, copy_root, os.lstat(live_root))]
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(f"{live_root}/{rel}" if rel else live_root) as entries:
+            for entry in entries:
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                now[path] = found = _entry(st)
+                copy = f"{copy_root}/{path}"
+                if stat.S_ISDIR(st.st_mode):
+                    os.mkdir(copy, 0o700)
+                    dirs.append((entry.path, copy, st))
+                    pending.append(path)
+                    continue
+                if before.get(path) == found and _linked(f"{old_root}/{path}", copy):
+                    continue  # the same inode, unchanged: the previous copy serves
+                copier.copy_entry(entry.path, copy, st, links)
+    for source, copy, st in reversed(dirs):  # deepest first: filling a directory moved its times
+        copier.set_attributes(copy, st, source_path=source)
+    copier.set_attributes(staged, os.lstat(layer), source_path=layer)
+    return now
 
 
-def _apply(live: Path, target: Path, now: dict[str, Stat], before: dict[str, Stat]) -> None:
-    """Turn ``target`` (the previous checkpoint's links) into ``live`` as it is now."""
-    touched: set[str] = set()  # directories whose entries or attributes we change
-    for rel in sorted(before.keys() - now.keys()):
-        _remove(target / rel)
-        touched.add(os.path.dirname(rel))
-    changed: list[str] = []
-    for rel in sorted(now):  # parents before children
-        st, old = now[rel], before.get(rel)
-        if stat.S_ISDIR(st[4]):
-            if old is None or not stat.S_ISDIR(old[4]):
-                _remove(target / rel)
-                os.mkdir(target / rel)
-                touched.add(rel)
-                touched.add(os.path.dirname(rel))
-            elif old[1] != st[1]:
-                touched.add(rel)
-            continue
-        if old == st:
-            continue  # the same inode, unchanged: the link to the previous copy stands
-        _remove(target / rel)
-        changed.append(rel)
-        touched.add(os.path.dirname(rel))
-    copier.copy_entries(live, target, changed)
-    for rel in sorted(touched, key=lambda p: p.count("/") if p else -1, reverse=True):
-        source, copy = (live / rel, target / rel) if rel else (live, target)
-        copier.set_attributes(copy, os.lstat(source), source_path=None)
-        copier.copy_dir_xattrs(source, copy)
-
-
+def _linked(old: str, new: str) -> bool:
+    """Hard-link ``old`` as ``new``; False when that copy is gone or has all the links it can."""
+    try:
+        os.link(old, new, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EMLINK):
+            return False
+        raise
+    return True
