@@ -28,6 +28,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 from hermes_sandboxes.backends.local.store import copier
 from hermes_sandboxes.errors import SandboxError
@@ -61,19 +62,33 @@ def _entry(st: os.stat_result) -> Stat:
 
 
 def _previous(candidates: list[tuple[Path, Path]], ident: list[int]) -> tuple[Path, dict[str, Stat]] | None:
-    """The newest (checkpoint, manifest) taken of this very layer, if any."""
-    best: tuple[int, Path, dict[str, Stat]] | None = None
+    """The newest (checkpoint, manifest) taken of this very layer, if any. Manifests are read newest
+    file first, and only those written within a second of the newest match (file times are
+    coarse: a tie is settled by the time recorded inside), not every checkpoint's."""
+    dated = []
     for checkpoint, manifest in candidates:
+        try:
+            dated.append((os.stat(manifest).st_mtime_ns, checkpoint, manifest))
+        except OSError:
+            continue
+    dated.sort(key=lambda item: item[0], reverse=True)
+    best: tuple[int, Path, dict[str, Any]] | None = None
+    newest_match: int | None = None
+    for written, checkpoint, manifest in dated:
+        if newest_match is not None and written < newest_match - 1_000_000_000:
+            break
         try:
             data = json.loads(manifest.read_text())
         except (OSError, ValueError):
             continue
         if data.get("upper") != ident or not checkpoint.is_dir():
             continue
+        newest_match = written if newest_match is None else newest_match
         if best is None or data["taken"] > best[0]:
-            files = {rel: (v[0], v[1], v[2], v[3], v[4]) for rel, v in data["files"].items()}
-            best = (data["taken"], checkpoint, files)
-    return None if best is None else (best[1], best[2])
+            best = (data["taken"], checkpoint, data["files"])
+    if best is None:
+        return None
+    return best[1], {rel: (v[0], v[1], v[2], v[3], v[4]) for rel, v in best[2].items()}
 
 
 def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
