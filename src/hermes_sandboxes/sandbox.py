@@ -522,16 +522,25 @@ def spec_differences(have: SandboxSpec, want: SandboxSpec) -> list[str]:
                                ("image", have.image, want.image), ("labels", dict(have.labels), dict(want.labels)),
                                ("idle_timeout", have.idle_timeout, want.idle_timeout)):
         if mine != asked:
-            out.append(f"{label} {_shown(mine)}, not {_shown(asked)}")
+            out.append(difference(label, mine, asked))
     return out
+
+
+def difference(label: str, have: object, want: object) -> str:
+    """One field of a spec that differs, as ``SpecMismatch`` names it: ``network loopback, not host``."""
+    return f"{label} {_shown(have)}, not {_shown(want)}"
+
+
+def refuse_differences(name: str, differences: Sequence[str]) -> None:
+    """SpecMismatch naming each of ``differences`` (phrases of ``difference``), when there are any."""
+    if differences:
+        raise SpecMismatch(f"sandbox {name} exists with {'; '.join(differences)}: open it without a spec to use "
+                            "it as it is, or destroy it first (or pick another name) to get the spec asked for")
 
 
 def refuse_other_spec(name: str, have: SandboxSpec, want: SandboxSpec | None) -> None:
     """SpecMismatch when ``open(name, want)`` found ``name`` made with another spec."""
-    differences = [] if want is None else spec_differences(have, want)
-    if differences:
-        raise SpecMismatch(f"sandbox {name} exists with {'; '.join(differences)}: open it without a spec to use "
-                            "it as it is, or destroy it first (or pick another name) to get the spec asked for")
+    refuse_differences(name, [] if want is None else spec_differences(have, want))
 
 
 def _shown(value: object) -> str:
@@ -598,8 +607,10 @@ class Backend(ABC):
         """Resume the persistent sandbox ``name`` or create it with ``spec``; the returned
         sandbox's ``created`` says which.
 
-        Refuses to adopt an ephemeral sandbox, and (SpecMismatch) one that exists with a spec
-        other than ``spec`` (None: whatever it was made with)."""
+        Refuses to adopt an ephemeral sandbox, and (SpecMismatch, one line naming each field that
+        differs with both values) one that exists with a spec other than ``spec`` (None: whatever
+        it was made with). A backend may instead apply a field it can change in place, and logs a
+        warning when it does; its document says which fields it compares, applies or cannot see."""
 
     @abstractmethod
     def create(self, name: str, spec: SandboxSpec | None = None, *, ephemeral: bool = False) -> Sandbox:

@@ -26,6 +26,7 @@ from hermes_sandboxes.errors import (
     SandboxFileNotFound,
     SandboxNotFound,
     SandboxUnreachable,
+    SpecMismatch,
     Unsupported,
 )
 from hermes_sandboxes.sandbox import ExecResult, Limits, SandboxSpec, SandboxState
@@ -363,16 +364,46 @@ def test_fork_starts_a_new_named_sandbox_from_now_or_from_a_checkpoint(fake: Fak
         assert sb.read_file("/home/user/f") == b"two"
 
 
-def test_a_tightened_posture_gives_a_new_sandbox_beside_the_old(backend: E2BBackend) -> None:
-    with opened(backend, "scope") as online, opened(backend, "scope", spec=SandboxSpec(network="none")) as offline:
+def test_by_name_another_posture_template_or_labels_is_refused_and_no_spec_resumes_it(
+        fake: FakeE2B, backend: E2BBackend) -> None:
+    with opened(backend, "scope") as online:
+        creates = len(fake.calls("POST", "/v2/sandboxes"))
+        refused = [
+            (SandboxSpec(network="none"), "network host, not none"),  # a tightened posture: not made beside
+            (SandboxSpec(network="host", image="other"), "image base, not other"),
+            (SandboxSpec(network="host", labels={"team": "infra"}), "labels {'team': None}, not {'team': 'infra'}"),
+        ]
+        for spec, phrase in refused:
+            with pytest.raises(SpecMismatch) as exc:
+                backend.open("scope", spec)
+            assert str(exc.value).startswith(f"sandbox scope exists with {phrase}: open it without a spec"), exc.value
+        insecure = E2BBackend(E2BSettings(secure=False), api_key=API_KEY, profile=backend.profile, api_url=fake.url,
+                              sandbox_url=fake.url)
+        with pytest.raises(SpecMismatch, match="with the secure setting True, not False"):
+            insecure.open("scope", SandboxSpec(network="host"))
+        assert insecure.open("scope").sandbox_id == online.sandbox_id  # no spec: as it was made
+        assert len(fake.calls("POST", "/v2/sandboxes")) == creates  # nothing was made beside it
+        assert backend.open("scope", SandboxSpec(network="host")).sandbox_id == online.sandbox_id  # the same spec
+    eph = backend.create_ephemeral(prefix="scope")
+    try:
+        with pytest.raises(SandboxExists):
+            backend.open(eph.name)  # an ephemeral one is never adopted, nor shadowed
+    finally:
+        eph.destroy()
+
+
+def test_on_e2b_loopback_and_none_are_one_posture(backend: E2BBackend) -> None:
+    with opened(backend, "quiet", spec=SandboxSpec(network="none")) as sb:
+        again = backend.open("quiet", SandboxSpec(network="loopback"))  # E2B keeps the sandbox's own loopback
+        assert again.sandbox_id == sb.sandbox_id and not again.created
+
+
+def test_for_a_hermes_task_a_tightened_posture_gives_a_new_sandbox_beside_the_old(backend: E2BBackend) -> None:
+    # as the existing plugin does: the posture is in the task's hermes_scope
+    with opened(backend, "scope", task="t1") as online, \
+            opened(backend, "scope", spec=SandboxSpec(network="none"), task="t1") as offline:
         assert offline.created and offline.sandbox_id != online.sandbox_id and offline.scope != online.scope
-        assert backend.open("scope").sandbox_id == online.sandbox_id  # each posture finds its own
-        eph = backend.create_ephemeral(prefix="scope")
-        try:
-            with pytest.raises(SandboxExists):
-                backend.open(eph.name)  # an ephemeral one is never adopted, nor shadowed
-        finally:
-            eph.destroy()
+        assert backend.open("scope", task="t1").sandbox_id == online.sandbox_id  # each posture finds its own
 
 
 @pytest.mark.parametrize("internet", [True, False])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import pty
 import struct
@@ -27,6 +28,7 @@ from hermes_sandboxes.errors import (
     SandboxExists,
     SandboxFileNotFound,
     SandboxUnreachable,
+    SpecMismatch,
     Unsupported,
 )
 from hermes_sandboxes.names import unique_name
@@ -93,6 +95,31 @@ def test_the_size_asked_for_is_the_size_the_sprite_gets(fake: FakeSprites) -> No
             assert sprite.exec("python3 -c 'x = bytearray(64 << 20); print(len(x))'").stdout == f"{64 << 20}\n"
         finally:
             sprite.destroy()
+
+
+def test_reopening_compares_the_size_the_service_reports_with_the_one_asked_for(
+        fake: FakeSprites, caplog: pytest.LogCaptureFixture) -> None:
+    settings = SpritesSettings(api_url=fake.url, max_cpus=2, max_ram_gb=4)
+    with SpritesBackend(settings, token=fake.token) as backend:
+        made = backend.open("sp-cmp", settings.spec())
+        try:
+            assert backend.open("sp-cmp", settings.spec()).created is False  # the same settings: resumed
+            refused = [(Limits(cpus=2.0, memory_bytes=8 << 30), "memory_bytes 4294967296, not 8589934592"),
+                       (Limits(cpus=4.0, memory_bytes=4 << 30), "cpus 2.0, not 4.0"),
+                       (Limits(cpus=2.0, memory_bytes=4 << 30, disk_bytes=20 << 30),
+                        "disk_bytes unset, not 21474836480")]
+            for limits, phrase in refused:
+                with pytest.raises(SpecMismatch, match=f"sandbox sp-cmp exists with {phrase}: "):
+                    backend.open("sp-cmp", SandboxSpec(network="host", limits=limits))
+            with pytest.raises(Unsupported):  # what a Sprite cannot have is refused on an existing one too
+                backend.open("sp-cmp", SandboxSpec(network="loopback"))
+            fake.world.sprites["sp-cmp"].reports_config = False  # as the API reference's Sprite schema
+            with caplog.at_level(logging.WARNING, logger="hermes_sandboxes.backends.sprites.backend"):
+                again = backend.open("sp-cmp", SandboxSpec(network="host", limits=Limits(cpus=8.0)))
+            assert again.created is False  # it cannot be compared: resumed, and said
+            assert "does not report the size of Sprite sp-cmp" in caplog.text and "cpus 8" in caplog.text
+        finally:
+            made.destroy()
 
 
 def test_an_image_is_refused_before_anything_is_sent(backend: SpritesBackend, fake: FakeSprites) -> None:

@@ -4,6 +4,7 @@ dispatching its terminal tool to a Sprite of the loopback fake through our gener
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,28 @@ def test_a_real_hermes_runs_its_terminal_tool_in_a_sprite_with_checkpoints(fake:
     listed = changed["changes"]
     assert isinstance(listed, list) and [c["path"] for c in listed] == ["/root/extra"], changed  # in the Sprite
     assert fake.token not in json.dumps(call("sandbox_checkpoints", {}))
+
+
+def test_a_session_resumes_its_sprite_as_made_when_the_size_setting_changed(
+        fake: FakeSprites, hermes_home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """open() refuses the Sprite with the new size (it cannot be resized); the plugin resumes it as
+    it is and says so in the log, so the session's files are still there."""
+    from model_tools import handle_function_call
+    from tools.terminal_tool import cleanup_all_environments
+
+    def session(ram_gb: int, command: str) -> dict[str, object]:
+        cleanup_all_environments()  # the previous session ended
+        config = yaml.safe_load((hermes_home / "config.yaml").read_text())
+        config["plugins"]["entries"]["sprites"]["settings"]["max_ram_gb"] = ram_gb
+        (hermes_home / "config.yaml").write_text(yaml.safe_dump(config))
+        result = json.loads(handle_function_call("terminal", {"command": command}, task_id="t-sprites"))
+        assert isinstance(result, dict) and result["exit_code"] == 0, result
+        return result
+
+    session(2, "echo kept > /root/mark")
+    with caplog.at_level(logging.WARNING, logger="hermes_sandboxes.hermes.providers.base"):
+        resumed = session(4, "cat /root/mark")
+    assert str(resumed["output"]).strip() == "kept" and len(fake.world.sprites) == 1
+    assert "memory_bytes 2147483648, not 4294967296" in caplog.text and "resuming it as it is" in caplog.text
+    (sprite,) = fake.world.sprites.values()
+    assert sprite.config["ram_mb"] == 2048

@@ -80,6 +80,9 @@ class FakeSprite:
     running: int = 0
     restarting: bool = False  # a restore is under way: exec is refused
     rules: list[dict[str, str]] = field(default_factory=list)  # the network policy
+    # sprites-go reads a config in the answer, the API reference's Sprite schema lists none: a test
+    # turns it off to be the service that omits it
+    reports_config: bool = True
 
     def to_json(self) -> dict[str, Any]:
         status = "running" if self.running and self.status == "warm" else self.status
@@ -87,7 +90,7 @@ class FakeSprite:
             "id": self.id, "name": self.name, "organization": "fake-org", "status": status,
             "created_at": iso(self.created), "updated_at": iso(self.created),
             "url": f"https://{self.name}-fake.sprites.app", "url_settings": {"auth": "sprite"},
-            "labels": list(self.labels), "config": dict(self.config),
+            "labels": list(self.labels), **({"config": dict(self.config)} if self.reports_config else {}),
             **({"image": self.image} if self.image else {}),
         }
 

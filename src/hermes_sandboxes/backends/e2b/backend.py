@@ -49,6 +49,8 @@ from hermes_sandboxes.sandbox import (
     Capability,
     SandboxInfo,
     SandboxSpec,
+    difference,
+    refuse_differences,
 )
 
 log = logging.getLogger(__name__)
@@ -193,7 +195,12 @@ class E2BBackend(Backend):
         task id) makes its ``hermes_scope`` the existing plugin's for that task, so either plugin
         adopts the other's sandbox; without it the name stands in for the task. Either way a
         sandbox made under the other form is found too (by our identity key, or by a scope the
-        name gave before task ids were used)."""
+        name gave before task ids were used).
+
+        A found sandbox whose allow-list or labels differ from ``spec`` is refused (SpecMismatch).
+        One of this name made with another template or network posture is another identity: by
+        name (no ``task``) it is refused too, or resumed as it is without a spec; for a Hermes task
+        a new sandbox is made beside it, as the existing plugin does (the old one pauses)."""
         validate_name(name)
         settings = self._effective(spec)
         identity = scope_digest(self.profile, name, settings, persistent=True)
@@ -201,13 +208,57 @@ class E2BBackend(Backend):
         also = ((IDENTITY_KEY, identity),) if task is None else ((SCOPE_KEY, identity), (IDENTITY_KEY, identity))
         found = self._adoptable(scope, name, also=tuple(pair for pair in also if pair != (SCOPE_KEY, scope)))
         if found is not None:
-            return self._attach(found.sandbox_id, name, found.metadata.get(SCOPE_KEY) or scope, ephemeral=False,
-                                created=False, posture=posture_of(settings))
-        # A persistent sandbox of this name made with another template or security posture is a
-        # different identity: a new one is made beside it (it pauses on its own). An ephemeral one
-        # of this name is never adopted, and never shadowed either.
-        self._refuse_taken(name, only_ephemeral=True)
+            sandbox = self._attach(found.sandbox_id, name, found.metadata.get(SCOPE_KEY) or scope, ephemeral=False,
+                                   created=False, posture=posture_of(settings))
+            if spec is not None:
+                refuse_differences(name, self._differences(sandbox, found, spec))
+            return sandbox
+        other = self._other_identity(name, settings, spec) if task is None else None
+        if other is not None:
+            return self._attach(other.sandbox_id, name, other.metadata.get(SCOPE_KEY, ""), ephemeral=False,
+                                created=False, posture=posture_in(other.metadata))
+        self._refuse_taken(name, only_ephemeral=True)  # an ephemeral one is never adopted, nor shadowed
         return self._create(name, scope, settings, ephemeral=False)
+
+    def _other_identity(self, name: str, settings: E2BSettings, spec: SandboxSpec | None) -> e2b.SandboxInfo | None:
+        """By name, the newest persistent sandbox ``name`` made with another template or network
+        posture than ``settings``: resumed as it is without a spec, refused with one (naming what
+        its identity says differs)."""
+        taken = self._find({PLUGIN_KEY: PLUGIN_VALUE, OWNER_KEY: self.owner, NAME_KEY: name}, f"find {name}")
+        persistent = [s for s in taken if s.metadata.get(EPHEMERAL_KEY) != "true"]
+        if not persistent or len(persistent) < len(taken):
+            return None  # none, or an ephemeral one: _refuse_taken says so
+        if spec is None:
+            return persistent[0]
+        refuse_differences(name, self._identity_differences(name, settings, persistent[0]))
+        return None
+
+    def _identity_differences(self, name: str, settings: E2BSettings, found: e2b.SandboxInfo) -> builtins.list[str]:
+        """What made ``found`` another identity than ``settings`` give: its network posture (in its
+        metadata), else its template or the ``secure`` setting, told apart by recomputing its
+        identity digest (neither is in its metadata)."""
+        have, want = posture_in(found.metadata), posture_of(settings)
+        out = [] if have.label == want.label else [difference("network", have.label, want.label)]
+        same_posture = settings.model_copy(update={"allow_internet_access": have.internet, "allow": have.allow})
+        stored = found.metadata.get(IDENTITY_KEY)
+        if scope_digest(self.profile, name, same_posture, persistent=True) != stored:
+            other_secure = same_posture.model_copy(update={"secure": not settings.secure})
+            if scope_digest(self.profile, name, other_secure, persistent=True) == stored:
+                out.append(difference("the secure setting", not settings.secure, settings.secure))
+            else:
+                out.append(difference("image", found.name or found.template_id, settings.template))
+        return out
+
+    def _differences(self, sandbox: E2BSandbox, found: e2b.SandboxInfo, spec: SandboxSpec) -> builtins.list[str]:
+        """How a sandbox of the same identity differs from ``spec``: the allow-list E2B enforces
+        (``info()``) and the labels in its metadata (other metadata is no difference)."""
+        out = []
+        if spec.network == "proxy" and (allow := sandbox.info().spec.allow) != tuple(spec.allow):
+            out.append(difference("allow", allow, spec.allow))
+        labels = found.metadata
+        if any(labels.get(key) != value for key, value in spec.labels.items()):
+            out.append(difference("labels", {key: labels.get(key) for key in spec.labels}, dict(spec.labels)))
+        return out
 
     def _refuse_taken(self, name: str, *, only_ephemeral: bool = False) -> None:
         """SandboxExists when this profile already has a sandbox called ``name``."""

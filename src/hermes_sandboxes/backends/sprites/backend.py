@@ -42,7 +42,16 @@ from hermes_sandboxes.errors import (
     Unsupported,
 )
 from hermes_sandboxes.names import unique_name, validate_name
-from hermes_sandboxes.sandbox import Backend, Capability, DoctorCheck, SandboxInfo, SandboxSpec
+from hermes_sandboxes.sandbox import (
+    Backend,
+    Capability,
+    DoctorCheck,
+    Limits,
+    SandboxInfo,
+    SandboxSpec,
+    difference,
+    refuse_differences,
+)
 
 if TYPE_CHECKING:
     from hermes_sandboxes.backends import BuildContext
@@ -51,6 +60,18 @@ log = logging.getLogger(__name__)
 _CREATING = ("creating", "provisioning", "pending", "starting")
 MIB = 1 << 20
 GIB = 1 << 30
+# a create body's size fields: the Limits field each comes from, and its unit there
+_SIZES = {"cpus": ("cpus", 1.0), "ram_mb": ("memory_bytes", MIB), "storage_gb": ("disk_bytes", GIB)}
+
+
+def sprite_config(limits: Limits) -> dict[str, int]:
+    """The create body's ``config`` for ``limits`` (only the sizes they set), in whole units."""
+    config = {
+        "cpus": int(limits.cpus) if limits.cpus else None,
+        "ram_mb": math.ceil(limits.memory_bytes / MIB) if limits.memory_bytes else None,
+        "storage_gb": math.ceil(limits.disk_bytes / GIB) if limits.disk_bytes else None,
+    }
+    return {key: value for key, value in config.items() if value is not None}
 
 
 class SpritesBackend(Backend):
@@ -117,12 +138,7 @@ class SpritesBackend(Backend):
                               "cannot be chosen: install what you need in the Sprite and checkpoint it")
 
     def _create_body(self, name: str, spec: SandboxSpec, ephemeral: bool) -> dict[str, Any]:
-        limits = spec.limits
-        config = {
-            "cpus": int(limits.cpus) if limits.cpus else None,
-            "ram_mb": math.ceil(limits.memory_bytes / MIB) if limits.memory_bytes else None,
-            "storage_gb": math.ceil(limits.disk_bytes / GIB) if limits.disk_bytes else None,
-        }
+        config = sprite_config(spec.limits)
         labels = [f"{k}={v}" for k, v in sorted(spec.labels.items())]
         if ephemeral:
             labels.append(EPHEMERAL_LABEL)
@@ -130,13 +146,18 @@ class SpritesBackend(Backend):
             labels.append(PROXY_LABEL)
         # wait_for_capacity: a create the service cannot place at once waits (inside create_wait_s)
         body: dict[str, Any] = {"name": name, "labels": labels, "wait_for_capacity": True}
-        if any(v is not None for v in config.values()):
-            body["config"] = {k: v for k, v in config.items() if v is not None}
+        if config:
+            body["config"] = config
         return body
 
     # sandboxes -----------------------------------------------------------------------------------
     def _lookup(self, name: str) -> Remote:
-        return Remote.from_sdk(self.api.call("lookup", lambda: self.api.client.get_sprite(name), sprite=name))
+        # the REST answer itself: sprites-py's get_sprite drops the size (config) that open() compares
+        answer = self.api.request("GET", f"/v1/sprites/{name}", "lookup", sprite=name)
+        try:
+            return Remote.from_json(answer.json())
+        except ValueError as exc:
+            raise SandboxUnreachable(f"Sprite {name}: the lookup's answer is not JSON ({exc}); try again") from None
 
     def get(self, name: str) -> SpritesSandbox:
         validate_name(name)
@@ -154,11 +175,48 @@ class SpritesBackend(Backend):
                 remote = self._lookup(name)
         if remote.ephemeral:
             raise SandboxExists(f"Sprite {name} is ephemeral and belongs to another run; it is never adopted")
-        sandbox = SpritesSandbox(self, self._await_ready(remote, deadline, ephemeral=False))
-        if spec is not None and spec.network == "proxy" and not sandbox.fenced:
+        remote = self._await_ready(remote, deadline, ephemeral=False)
+        sandbox = SpritesSandbox(self, remote)
+        if spec is not None:
             self.check_spec(spec)
-            self._fence(sandbox, remote, spec.allow)
+            refuse_differences(name, self._differences(sandbox, remote, spec))
+            if spec.network == "proxy" and not sandbox.fenced:
+                self._fence(sandbox, remote, spec.allow)
         return sandbox
+
+    def _differences(self, sandbox: SpritesSandbox, remote: Remote, spec: SandboxSpec) -> builtins.list[str]:
+        """How the existing Sprite differs from ``spec``, in what the service reports: its network
+        (the proxy label), its allow-list (as ``info()`` reads it), the sizes the spec asks for and
+        its labels. A Sprite without an allow-list asked for one is no difference: it is fenced."""
+        out = []
+        if sandbox.fenced and spec.network != "proxy":
+            out.append(difference("network", "proxy", spec.network))
+        elif sandbox.fenced and (allow := sandbox.allow_in_force()) != tuple(spec.allow):
+            out.append(difference("allow", allow, spec.allow))
+        out += self._size_differences(remote, spec.limits)
+        labels = remote.user_labels
+        if any(labels.get(key) != value for key, value in spec.labels.items()):
+            out.append(difference("labels", {key: labels.get(key) for key in spec.labels}, dict(spec.labels)))
+        return out
+
+    def _size_differences(self, remote: Remote, limits: Limits) -> builtins.list[str]:
+        """The sizes asked for (in the create body's units) against the ones the service reports;
+        a size not asked for is the service's choice, and no difference."""
+        asked = sprite_config(limits)
+        if not asked:
+            return []
+        if remote.config is None:
+            log.warning("sprites: the service does not report the size of Sprite %s, so the limits asked for "
+                        "(%s) cannot be compared with it; it is resumed as it is", remote.name,
+                        ", ".join(f"{k} {v}" for k, v in asked.items()))
+            return []
+        out = []
+        for key, (label, unit) in _SIZES.items():
+            if key in asked and remote.config.get(key) != asked[key]:
+                have = remote.config.get(key)
+                out.append(difference(label, have * unit if isinstance(have, int | float) else have,
+                                      getattr(limits, label)))
+        return out
 
     def _fence(self, sandbox: SpritesSandbox, remote: Remote, allow: tuple[str, ...]) -> None:
         """An existing Sprite opened with an allow-list it does not have (one made before the list

@@ -17,7 +17,7 @@ import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -80,14 +80,18 @@ class Remote:
     status: str = ""
     labels: tuple[str, ...] = ()
     created_at: float = 0.0
-    config: Mapping[str, Any] = field(default_factory=dict)
+    # the size the service reports (cpus, ram_mb, storage_gb; sprites-go's SpriteInfo.Config, which
+    # it may omit), None when the answer has none: sprites-py's Sprite info drops it, so it is read
+    # from the REST answer itself
+    config: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Remote:
         created = _timestamp(data.get("created_at"))
+        config = data.get("config")
         return cls(name=str(data.get("name", "")), status=str(data.get("status", "")),
                    labels=tuple(data.get("labels") or ()), created_at=created,
-                   config=dict(data.get("config") or {}))
+                   config=dict(config) if isinstance(config, Mapping) else None)
 
     @classmethod
     def from_sdk(cls, info: Any) -> Remote:
@@ -101,6 +105,12 @@ class Remote:
     @property
     def fenced(self) -> bool:
         return PROXY_LABEL in self.labels
+
+    @property
+    def user_labels(self) -> dict[str, str]:
+        """The ``key=value`` labels a spec gave (``SandboxSpec.labels``), without this backend's own."""
+        own = (EPHEMERAL_LABEL, PROXY_LABEL)
+        return dict(label.partition("=")[::2] for label in self.labels if "=" in label and label not in own)
 
     def info(self, checkpoint_count: int = 0) -> SandboxInfo:
         return SandboxInfo(name=self.name, backend="sprites", ephemeral=self.ephemeral,

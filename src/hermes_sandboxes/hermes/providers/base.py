@@ -206,14 +206,19 @@ class SandboxProvider(TerminalEnvironmentProvider):  # type: ignore[misc]
         return naming.ephemeral_name(prefix, profile, task_key)
 
     def open_sandbox(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
-        """Resume ``name`` or create it (``Sandbox.created`` says which) for Hermes's ``task_key``;
-        a plugin whose service keeps the task's identity itself (E2B) passes the task on. A session
-        resumes its sandbox as it was made even when the settings changed since (said in the log)."""
+        """Resume ``name`` or create it (``Sandbox.created`` says which) for Hermes's ``task_key``.
+        A session resumes its sandbox as it was made even when the settings changed since (said in
+        the log; the allow-list is then reconciled, see hermes/allowlist.py)."""
         try:
-            return backend.open(name, spec)
+            return self.open_for_task(backend, name, spec, task_key)
         except SpecMismatch as exc:
             logger.warning("%s; resuming it as it is", exc)
-            return backend.open(name)
+            return self.open_for_task(backend, name, None, task_key)
+
+    def open_for_task(self, backend: Backend, name: str, spec: SandboxSpec | None, task_key: str) -> Sandbox:
+        """``backend.open``; a plugin whose service keeps the task's identity itself (E2B) passes
+        the task on."""
+        return backend.open(name, spec)
 
     def create_ephemeral(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
         """A new run-unique sandbox ``name`` for ``task_key``, never adopted."""

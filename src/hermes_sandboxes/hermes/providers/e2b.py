@@ -47,7 +47,7 @@ class E2BProvider(SandboxProvider):
 
     # The E2B backend's open and create take the Hermes task (its hermes_scope); the backend comes
     # from the registry, so it is called through the contract's names (no import of its module).
-    def open_sandbox(self, backend: Backend, name: str, spec: SandboxSpec, task_key: str) -> Sandbox:
+    def open_for_task(self, backend: Backend, name: str, spec: SandboxSpec | None, task_key: str) -> Sandbox:
         opened: Sandbox = backend.open(name, spec, task=task_key)  # type: ignore[call-arg]
         return opened
 
