@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 
 from hermes_sandboxes.backends.local import LocalBackend
@@ -19,6 +20,7 @@ from hermes_sandboxes.errors import SandboxNotFound
 from hermes_sandboxes.mcp.scope import Rules
 from hermes_sandboxes.mcp.server import Running
 from hermes_sandboxes.recorder.records import ExecRecord
+from hermes_sandboxes.sandbox import SandboxSpec
 from tests.mcp.kit import COMMAND, InProcess, call_error, call_ok, data, drive, running_for, stdio_params, text
 
 
@@ -113,6 +115,26 @@ def test_a_pinned_server_serves_its_one_sandbox_and_creates_it_on_first_use(
             assert "creates no others" in await call_error(client, "sandbox_create", name="more")
 
         drive(InProcess(server), scenario)
+    finally:
+        server.close()
+        local_backend.get(pinned).destroy()
+
+
+def test_a_pinned_sandbox_made_with_another_spec_is_served_as_it_is_and_the_log_says_so(
+        local_backend: LocalBackend, tmp_path: Path, prefix: str, capfd: pytest.CaptureFixture[str]) -> None:
+    pinned = f"{prefix}-made"
+    local_backend.create(pinned, SandboxSpec(network="loopback", labels={"made": "by the cli"}))
+    server = running_for(local_backend, tmp_path / "state", Rules(prefix=prefix, pinned=pinned))
+    try:
+        async def scenario(client: Client) -> dict[str, Any]:
+            return await call_ok(client, "exec", command="echo here")
+
+        ran = drive(InProcess(server), scenario)
+        assert ran["sandbox"] == pinned and ran["stdout"] == "here\n"
+        said = capfd.readouterr().err
+        assert f"hermes-sandboxes mcp: sandbox {pinned} exists with network loopback, not" in said, said
+        assert "serving it as it is" in said
+        assert local_backend.get(pinned).spec.labels == {"made": "by the cli"}
     finally:
         server.close()
         local_backend.get(pinned).destroy()

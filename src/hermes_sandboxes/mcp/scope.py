@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound
@@ -127,7 +128,7 @@ class Scope:
             return found
         backend = self.host.backend()
         if self.rules.pinned is not None:
-            sandbox = backend.open(full, self.spec())
+            sandbox = self._open_pinned(backend, full, self.spec())
             opened = self._remember(sandbox)
             if sandbox.created:
                 opened.recorded.record_create()
@@ -138,6 +139,19 @@ class Scope:
             raise SandboxNotFound(f"there is no sandbox {full}; sandbox_list shows those of this server, "
                                   "sandbox_create makes one") from None
         return self._remember(sandbox)
+
+    @staticmethod
+    def _open_pinned(backend: Backend, name: str, spec: SandboxSpec) -> Sandbox:
+        """The pinned sandbox: made with the settings' spec on first use; one that exists already
+        is served as it is even when made with another spec (pinning names that sandbox), which
+        the server's stderr (the client's log) says."""
+        from hermes_sandboxes.errors import SpecMismatch
+
+        try:
+            return backend.open(name, spec)
+        except SpecMismatch as exc:
+            print(f"hermes-sandboxes mcp: {exc}; serving it as it is", file=sys.stderr, flush=True)
+            return backend.open(name)
 
     def _remember(self, sandbox: Sandbox) -> OpenSandbox:
         from hermes_sandboxes.recorder.credentials import Redactor
