@@ -28,6 +28,7 @@ from click.testing import CliRunner, Result
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.cli import cli
 from hermes_sandboxes.names import unique_name
+from tests.interrupts import interruptible
 
 CLI = [sys.executable, "-m", "hermes_sandboxes.cli"]
 
@@ -92,6 +93,7 @@ class Pty:
         (util-linux's setsid --ctty), so resizing it sends SIGWINCH, as a terminal emulator's does.
         ``env`` adds to our environment."""
         self.master, slave = os.openpty()
+        args = interruptible(args)  # as a terminal's shell starts a command: Ctrl-C is a key here
         if rows_cols is not None:
             self.resize(*rows_cols)
             args = ["setsid", "--ctty", *args]  # not a group leader: setsid execs in place, same pid

@@ -25,6 +25,7 @@ from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Process
 from tests.cli import cli_kit
 from tests.cli.cli_kit import CLI, Pty, as_json, assert_one_line_error, checkpoint_ids, hs, ok, state
+from tests.interrupts import interruptible
 from tests.patience import until_started
 
 home, box = cli_kit.home, cli_kit.box  # the shared fixtures, under the names the tests ask for
@@ -255,7 +256,8 @@ def test_exec_into_a_reader_that_stops_early_kills_the_command_and_exits_141_qui
 
 
 def test_ctrl_c_during_exec_kills_the_command_inside(home: Path, box: LocalSandbox) -> None:
-    proc = subprocess.Popen([*CLI, "--home", str(home), "exec", box.name, "--", "echo started; exec sleep 600"],
+    proc = subprocess.Popen(interruptible([*CLI, "--home", str(home), "exec", box.name, "--",
+                                           "echo started; exec sleep 600"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(signal.SIGINT)
@@ -345,7 +347,7 @@ def test_run_with_bad_options_fails_in_one_line_and_creates_nothing(home: Path) 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_run_destroys_its_sandbox_when_interrupted(home: Path, sig: signal.Signals) -> None:
     before = state(home)
-    proc = subprocess.Popen([*CLI, "--home", str(home), "run", "--", "echo started; exec sleep 600"],
+    proc = subprocess.Popen(interruptible([*CLI, "--home", str(home), "run", "--", "echo started; exec sleep 600"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(sig)

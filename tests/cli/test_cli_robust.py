@@ -22,6 +22,7 @@ from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, cgroups
 from hermes_sandboxes.names import unique_name
 from tests.cli import cli_kit
 from tests.cli.cli_kit import CLI, Pty, as_json, assert_one_line_error, hs, ok, state
+from tests.interrupts import interruptible
 
 home, box = cli_kit.home, cli_kit.box
 
@@ -147,7 +148,7 @@ def test_a_missing_working_directory_is_the_commands_failure_not_the_sandboxes(
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_exec_kills_the_command_inside_and_journals_it(
         home: Path, box: LocalSandbox, sig: signal.Signals) -> None:
-    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 600"),
+    proc = subprocess.Popen(interruptible(cli(home, "exec", box.name, "--", "echo started; exec sleep 600")),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(sig)
@@ -161,7 +162,8 @@ def test_a_signal_during_exec_kills_the_command_inside_and_journals_it(
 
 def test_a_command_stopped_with_ctrl_c_is_in_the_restore_preview(home: Path, box: LocalSandbox) -> None:
     taken = ok(home, "checkpoint", "create", box.name).stdout.strip()
-    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "touch /root/half-done; echo started; exec sleep 600"),
+    proc = subprocess.Popen(interruptible(cli(home, "exec", box.name, "--",
+                                              "touch /root/half-done; echo started; exec sleep 600")),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(signal.SIGINT)
@@ -243,7 +245,7 @@ main()
 
 @pytest.mark.parametrize("module", ["click", "rich.console", "hermes_sandboxes.recorder.sandbox"])
 def test_ctrl_c_during_start_up_prints_no_traceback(home: Path, module: str) -> None:
-    done = subprocess.run([CLI[0], "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home), "ls"],
+    done = subprocess.run(interruptible([CLI[0], "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home), "ls"]),
                           capture_output=True, timeout=60, check=False, env=in_process())
     assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done
 
@@ -415,7 +417,7 @@ def test_a_changed_config_file_is_validated_again(home: Path, box: LocalSandbox,
 
 
 def test_the_automatic_checkpoint_note_comes_before_the_command_runs(home: Path, box: LocalSandbox) -> None:
-    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "rm -rf /root/scratch; exec sleep 600"),
+    proc = subprocess.Popen(interruptible(cli(home, "exec", box.name, "--", "rm -rf /root/scratch; exec sleep 600")),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stderr is not None

@@ -30,6 +30,7 @@ from hermes_sandboxes.cli import cli as main_cli
 from hermes_sandboxes.recorder.state import HostState
 from tests.cli import cli_kit, warm_kit
 from tests.cli.cli_kit import CLI, as_json, ok
+from tests.interrupts import interruptible
 
 home, box = cli_kit.home, cli_kit.box
 
@@ -231,7 +232,7 @@ def test_a_reader_that_goes_away_ends_the_call_with_141_either_way(
 def test_signals_reach_the_worker_which_stops_and_records_the_command(
         home: Path, box: LocalSandbox, rt: dict[str, str], sig: signal.Signals) -> None:
     warm_kit.start(rt)
-    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 600"), env=rt,
+    proc = subprocess.Popen(interruptible(cli(home, "exec", box.name, "--", "echo started; exec sleep 600")), env=rt,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(sig)
@@ -597,8 +598,9 @@ def test_ctrl_c_while_the_exec_path_starts_up_prints_no_traceback(home: Path, rt
 
     warm_kit.start(rt)
     env = {**rt, **warm_kit.WARM_OFF} if module.endswith("inprocess") else rt
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home", str(home),
-                           "exec", "no-such-box", "--", "true"], env=env, capture_output=True, timeout=60, check=False)
+    done = subprocess.run(interruptible([sys.executable, "-c", INTERRUPTED_WHILE_IMPORTING, module, "--home",
+                                         str(home), "exec", "no-such-box", "--", "true"]),
+                          env=env, capture_output=True, timeout=60, check=False)
     assert (done.returncode, done.stderr) == (130, b"error: interrupted\n"), done
 
 

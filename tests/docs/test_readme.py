@@ -28,6 +28,7 @@ import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend
 from tests.conftest import make_backend, teardown_backend
+from tests.interrupts import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -194,7 +195,7 @@ def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess
 
 
 def _until_then_signal(env: dict[str, str], sig: signal.Signals) -> int:
-    proc = subprocess.Popen([str(SCRIPT), "exec", "work", "--", "echo started; exec sleep 600"], env=env,
+    proc = subprocess.Popen(interruptible([str(SCRIPT), "exec", "work", "--", "echo started; exec sleep 600"]), env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     proc.send_signal(sig)

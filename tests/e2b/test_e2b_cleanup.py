@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.e2b import FakeE2B
+from tests.interrupts import sigint_raises
 
 pytest_plugins = ["tests.e2b.test_e2b_hermes_plugin"]  # its hermes_home fixture: one profile, one key
 
@@ -121,7 +122,7 @@ def test_ctrl_c_during_the_pull_back_still_destroys_the_sandbox_and_is_raised_ag
     assert lease is not None and lease.is_writer
     # Ctrl-C arrives while the pull-back's download is under way (Hermes holds it to the attempt's end)
     fake.call_on("POST", "/process.Process/Start", lambda: os.kill(os.getpid(), signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt):
+    with sigint_raises(), pytest.raises(KeyboardInterrupt):
         env.cleanup()
     assert lifecycle_calls(fake, sandbox_id) == [f"DELETE /sandboxes/{sandbox_id}"]  # destroyed all the same
     assert not lease.is_writer  # and the lease released

@@ -17,6 +17,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.errors import InvalidInput
 from hermes_sandboxes.sandbox import Process, SandboxSpec
+from tests.interrupts import sigint_raises
 from tests.local.kit import box_dir, init_state, new_sandbox, pid_alive, sandbox_commands, sh, wait_for
 from tests.patience import until_started
 
@@ -276,11 +277,12 @@ def test_a_sink_that_raises_stops_its_command_and_wait_raises_its_error(sandbox:
 def test_an_interrupted_exec_leaves_no_command_running(sandbox: LocalSandbox) -> None:
     import signal
 
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        sandbox.exec("sleep 100")
-    timer.join()
+    with sigint_raises():
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            sandbox.exec("sleep 100")
+        timer.join()
     assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
 
 
