@@ -276,6 +276,7 @@ def _resize_follows(master: int) -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGWINCH, lambda *_: _copy_window_size(master))
+    _copy_window_size(master)  # a resize since the pty was opened had no handler yet (the same size: no signal)
     try:
         yield
     finally:
