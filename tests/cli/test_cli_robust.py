@@ -169,11 +169,12 @@ def test_a_command_stopped_with_ctrl_c_is_in_the_restore_preview(home: Path, box
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
+    changed = ok(home, "checkpoint", "diff", box.name, taken).stdout  # (restore --yes counts no files)
+    assert any(line.split()[:3] == ["/root", "1", "1"] for line in changed.splitlines()), changed  # its file
     preview = ok(home, "checkpoint", "restore", box.name, taken, "--yes").stdout
     [row] = [line for line in preview.splitlines() if "touch /root/half-done" in line]
     assert row.split()[2] == "137", preview  # killed (SIGKILL) by the CLI on the interrupt
     assert "(interrupted by SIGINT)" in " ".join(preview.split()), preview  # and why, as log says
-    assert any(line.split()[:3] == ["/root", "1", "1"] for line in preview.splitlines()), preview  # its file
     [record] = log_of(home, box.name)
     assert record["killed"] and record["error"] == "interrupted by SIGINT", record
 

@@ -39,6 +39,9 @@ ARGS_HINT = "[log|checkpoints|diff [ID]|checkpoint [COMMENT]|undo [ID] [--yes]|f
 DESCRIPTION = "This conversation's sandbox: status, log, checkpoints, diff, checkpoint, undo, fork"
 MAX_ROWS = 15
 MAX_PATHS = 12
+# what the agent is told of the files after an undo: every change since the checkpoint is gone,
+# not counted (a confirmed undo takes no diff)
+NOT_COUNTED = "every change since that checkpoint is gone (not counted: an undo takes no diff)"
 
 
 def _one_line(text: str, limit: int = 70) -> str:
@@ -194,7 +197,9 @@ def undo(target: Target, args: Sequence[str]) -> str:
     yes = "--yes" in args or "-y" in args
     rest = [a for a in args if a not in ("--yes", "-y")]
     cp = _chosen(target, rest[:1])
-    preview = target.recorded.restore_preview(cp.id)
+    # the confirmed undo takes no diff: it must not wait on a tree built to be slow to compare
+    # (issue 24); the commands it discards come from the one reading of the journal
+    preview = target.recorded.restore_preview(cp.id, diff=not yes)
     if not yes:
         return "\n".join([f"Undo in {target.name} back to {_checkpoint_line(cp)}", "This throws away:",
                           *_preview_lines(preview), f"To go ahead: /sandbox undo {cp.id} --yes"])
@@ -202,7 +207,7 @@ def undo(target: Target, args: Sequence[str]) -> str:
         discarded = target.recorded.restore(preview)  # what the preview found: one pass
         if target.env is not None:
             target.env.after_restore()  # re-send what Hermes syncs, fresh shell snapshot
-    conversation.leave_note(target.recorded, cp.id, discarded, _changes_text(preview))
+    conversation.leave_note(target.recorded, cp.id, discarded, NOT_COUNTED)
     lost = "an unknown number of" if discarded is None else str(len(discarded))
     return (f"Undone: {target.name} is back at {cp.id}; {lost} command(s) and their file changes are gone, "
             "running processes were stopped. The agent is told at the start of its next turn.")

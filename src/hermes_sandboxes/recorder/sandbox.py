@@ -680,9 +680,10 @@ class RecordedSandbox:
 
     def restore(self, checkpoint: str | RestorePreview, *, include_internal: bool = False) -> list[ExecRecord] | None:
         """Restore to ``checkpoint`` (an id, or the preview of it, whose findings are used as they
-        are) and record it; returns the commands thrown away (None: the journal cannot tell), the
-        agent framework's own housekeeping left out unless ``include_internal``. ``hooks.on_restored``
-        runs afterwards, also when the restore failed. CheckpointNotFound for an unknown id; the
+        are) and record it, taking no diff of its own (an undo never waits on one: a tree made to be
+        slow to compare must not hold it back); returns the commands thrown away (None: the journal
+        cannot tell), the agent framework's own housekeeping left out unless ``include_internal``.
+        ``hooks.on_restored`` runs afterwards, also when the restore failed. CheckpointNotFound for an unknown id; the
         backend's SandboxError when the restore failed."""
         self._settle_pending()
         if isinstance(checkpoint, str) or checkpoint.include_internal != include_internal:

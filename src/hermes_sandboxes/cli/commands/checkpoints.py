@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -271,7 +272,8 @@ def summary_table(ui: Ui, summary: DiffSummary, *, title: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes: bool) -> int:
-    """Return NAME to checkpoint ID, after showing what that throws away."""
+    """Return NAME to checkpoint ID, after showing what that throws away (with --yes: the commands
+    since it; the files are not counted, see `checkpoint diff`)."""
     ui = Ui()
     session = _session(workspace, name)
     # one pass: the journal read once (what dead processes left open settled from it), the
@@ -279,8 +281,14 @@ def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes:
     preview = session.preview(checkpoint_id, diff=False, settle=True)
     if not yes and not is_stdin_tty():
         confirm("", yes=yes, refusal=f"not restoring {name}")  # refuses: nobody can be asked
-    with ui.status("working out what a restore would discard…"):
-        preview = session.recorded.with_diff(preview)
+    if yes:
+        # an undo never waits on a diff: a tree built to be slow to compare must not hold it back
+        # (issue 24), and nobody reads a preview that asks nothing; the commands come from the
+        # journal already read
+        preview = replace(preview, diff_unavailable=_not_counted(session, name, checkpoint_id))
+    else:
+        with ui.status("working out what a restore would discard…"):
+            preview = session.recorded.with_diff(preview)
     show_preview(ui, preview)
     if not confirm(f"Restore {name} to {checkpoint_id} and discard all of the above?", yes=yes,
                    refusal=f"not restoring {name}"):
@@ -295,6 +303,13 @@ def restore_checkpoint(workspace: Workspace, name: str, checkpoint_id: str, yes:
         session.close()
         ui.note(f"restored {name} to {checkpoint_id} in {duration(time.monotonic() - started)}", style="green")
     return 0
+
+
+def _not_counted(session: Session, name: str, checkpoint_id: str) -> str:
+    backend = session.sandbox.backend
+    if Capability.DIFF not in backend.capabilities:
+        return f"the {backend.name} backend cannot diff checkpoints"
+    return f"not counted with --yes; hermes-sandboxes checkpoint diff {name} {checkpoint_id} lists them"
 
 
 def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
