@@ -158,3 +158,22 @@ def test_the_restore_benchmark_runs_and_writes_the_cli_overhead(tmp_path: Path, 
     assert results["cli_restore_p50_ms"] > 0 and results["backend_restore_p50_ms"] > 0
     assert "| CLI `checkpoint restore --yes`" in proc.stdout
     assert list(scratch.iterdir()) == [], "the benchmark left its store behind"
+
+
+HOSTILE_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_hostile.py"
+
+
+def test_the_hostile_tree_benchmark_runs_and_writes_diff_preview_and_restore_rows(
+        tmp_path: Path, scratch: Path) -> None:
+    out = tmp_path / "hostile.json"
+    proc = subprocess.run([sys.executable, str(HOSTILE_BENCH), "--depth", "60", "--files", "700", "--runs-deep", "2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, env=_env(scratch))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and out.exists(), proc.stderr  # no target to miss
+    results = json.loads(out.read_text())["results"]
+    deep, flat = results["deep_60"], results["flat_700"]
+    assert len(deep["runs"]) == 2 and len(flat["runs"]) == 1
+    assert deep["runs"][0]["changes"] == deep["runs"][0]["preview_files"] == 61  # /opt/hs-bench and 60 levels
+    assert flat["runs"][0]["changes"] == 702  # 700 files, their directory and /opt/hs-bench
+    assert set(deep["median"]) == {"diff_s", "diff_peak_mb", "preview_s", "restore_yes_s"}
+    assert "| deep_60 | 2 |" in proc.stdout and "| flat_700 | 1 |" in proc.stdout
+    assert list(scratch.iterdir()) == [], "the benchmark left its store behind"

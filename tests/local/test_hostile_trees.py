@@ -2,12 +2,14 @@
 
 4,000 nested directories made the host-side diff run past 300 s (its cost grew with the square of
 the depth for every entry) and the restore with it, since a restore shows its preview first; a
-flat tree of files grew one diff's memory without bound. The walk is linear in entries now, and a
-diff past its budget (entries, seconds) says so instead of running on.
+flat tree of files grew one diff's memory without bound. The walk is linear in entries now, a
+diff past its budget (entries, seconds) says so instead of running on, and a confirmed restore
+(``checkpoint restore --yes``) takes no diff at all.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.backends.local.store import treediff
 from hermes_sandboxes.sandbox import ChangeKind
+from tests.cli.cli_kit import CLI, Pty, ok
 from tests.local.kit import sh
 
 DEPTH = 4000
@@ -49,3 +52,32 @@ def test_a_diff_past_its_budget_says_so_instead_of_running_on(sb: LocalSandbox) 
         treediff.diff_layers(sb.backend.store.checkpoint_path(sb.name, base.id) / "upper", layer / "upper",
                              Path("/"), budget=treediff.Budget(entries=2000))
     assert len(sb.diff(base.id)) == 3001  # the default budget holds these
+
+
+@pytest.mark.timeout(1200)  # generous: the walk's budget is 30 s, the restore needs no walk
+def test_the_cli_previews_a_4000_deep_tree_within_its_budget_and_restore_yes_takes_it_away(
+        sb: LocalSandbox) -> None:
+    home = sb.backend.home
+    base = ok(home, "checkpoint", "create", sb.name, "-m", "before the tree").stdout.strip()
+    ok(home, "exec", sb.name, "--checkpoint", "off", "--", f"python3 -c '{NESTED}'")  # journaled
+
+    # on a terminal, without --yes: the preview, within its budget, then the question (declined)
+    term = Pty([*CLI, "--home", str(home), "checkpoint", "restore", sb.name, base])
+    try:
+        term.expect(b"[y/N]", timeout=600)
+    finally:
+        term.send(b"n\r")
+        answered = term.finish()
+    seen = term.seen.decode(errors="replace")
+    assert answered == 1 and "restore cancelled" in seen, seen
+    counted = re.search(r"total\W+(\d+)\W+(\d+)", seen)
+    if counted is None:  # past its budget on a slow machine: it says what it could not count
+        assert "file changes: unknown (sandbox " in seen and "the diff stopped after" in seen, seen
+    else:  # every directory, the file at the bottom and /opt/hs-deep itself, all added
+        assert (int(counted.group(1)), int(counted.group(2))) == (DEPTH + 2, DEPTH + 2), seen
+    assert "python3 -c" in seen, seen  # the command that made it, from the journal
+    assert sh(sb, "test -d /opt/hs-deep/d/d/d/d && echo kept").stdout == "kept\n"  # declined: nothing changed
+
+    restored = ok(home, "checkpoint", "restore", sb.name, base, "--yes")
+    assert "not counted with --yes" in restored.stdout and "python3 -c" in restored.stdout, restored.stdout
+    assert sh(sb, "test -e /opt/hs-deep || echo gone").stdout == "gone\n"
