@@ -25,6 +25,7 @@ from hermes_sandboxes.names import unique_name
 from hermes_sandboxes.sandbox import ExecResult, SandboxSpec
 from tests.conftest import teardown_backend
 
+ROOTLESS = os.geteuid() != 0  # run as tests/rootless's user (ROOTLESS_ENV): the same files, rootless
 RUN_PREFIX = f"lt{os.getpid()}"  # every sandbox of this run is named RUN_PREFIX-<random>
 PYTHON = sys.executable
 _HOMES: dict[Path, bool] = {}  # every store home of this run -> whether it must be gone at the end
@@ -42,6 +43,28 @@ def register_home(home: Path, *, expect_removed: bool = True) -> Path:
 def temp_home(parent: str = "/tmp") -> Path:
     """A throw-away store home (short enough for unix socket paths under it)."""
     return register_home(Path(tempfile.mkdtemp(prefix="hsl-", dir=parent)))
+
+
+def view_root() -> Path:
+    """The host directory a new sandbox's / shows: in root mode the host's own tree; rootless, the
+    user's built base (nothing else of the host shows; the user owns it, so tests plant files there)."""
+    if not ROOTLESS:
+        return Path("/")
+    from hermes_sandboxes.backends.local.store import baseimage
+
+    built = baseimage.built()
+    assert built is not None, "the test user's rootless base is not built (tests/rootless/kit.py provisions it)"
+    return built
+
+
+def visible_dir(tag: str, parent: str = "/srv") -> Path:
+    """A new host directory that sandboxes started after it see, at ``inside(path)``."""
+    return Path(tempfile.mkdtemp(prefix=f"hsl-{tag}-", dir=view_root() / parent.lstrip("/")))
+
+
+def inside(path: Path) -> str:
+    """Where the host path ``path`` (under view_root()) shows inside a sandbox."""
+    return "/" + str(path.relative_to(view_root())) if ROOTLESS else str(path)
 
 
 @contextlib.contextmanager

@@ -22,21 +22,25 @@ from pathlib import Path
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
+from hermes_sandboxes.sandbox import ExecResult
 from tests.conftest import teardown_backend
 from tests.local.kit import (
+    ROOTLESS,
     init_state,
+    inside,
     new_sandbox,
     pid_alive,
-    register_home,
     sandbox_commands,
     sh,
     temp_home,
+    view_root,
+    visible_dir,
     wait_for,
 )
 
-# A parent for host paths the sandbox would see if nothing masked them: on the root filesystem
-# (the sandbox's base) and outside every directory masked by default.
-VISIBLE_PARENT = "/srv"
+# Run as root, and as tests/rootless's user (ROOTLESS): then "the host's root home" and "home
+# directories" are that user's own home, and paths a sandbox would see unmasked are in the user's
+# base (visible_dir; commands inside name them by inside(path)).
 
 
 @dataclass
@@ -67,18 +71,17 @@ def world() -> Iterator[World]:
     backend: LocalBackend | None = None
     sb: LocalSandbox | None = None
     try:
-        root_marker = Path(f"/root/hsl-marker-{token}")
+        root_marker = (Path.home() if ROOTLESS else Path("/root")) / f"hsl-marker-{token}"
         root_marker.write_text("host root's secret\n")
         made.append(root_marker)
-        home_dir = Path(f"/home/hsl-{token}")
-        home_dir.mkdir()
-        made.append(home_dir)
+        home_dir = Path.home() if ROOTLESS else Path(f"/home/hsl-{token}")
+        home_dir.mkdir(exist_ok=ROOTLESS)
         (home_dir / ".ssh").mkdir()
+        made.append(home_dir / ".ssh" if ROOTLESS else home_dir)
         (home_dir / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
-        def mkd(tag: str) -> Path:
-            return Path(tempfile.mkdtemp(prefix=f"hsl-{tag}-", dir=VISIBLE_PARENT))
+        mkd = visible_dir
 
-        hermes_home = mkd("hh")
+        hermes_home = Path(tempfile.mkdtemp(prefix="hsl-hh-", dir=Path.home())) if ROOTLESS else mkd("hh")
         made.append(hermes_home)
         (hermes_home / "auth.json").write_text('{"token": "hermes secret"}\n')
         user_mask_dir = mkd("um")
@@ -99,9 +102,9 @@ def world() -> Iterator[World]:
         host_sleep_arg = f"3141.{int(token[:6], 16)}"
         host_sleep = subprocess.Popen(["sleep", host_sleep_arg])
 
-        home = register_home(Path(tempfile.mkdtemp(prefix="hsl-", dir=VISIBLE_PARENT)))
-        backend = LocalBackend(home, store="copy", masks=[str(backend_mask_dir), str(user_mask_dir),
-                                                          str(user_mask_file)])
+        home = temp_home("/tmp" if ROOTLESS else "/srv")  # root mode: on the root filesystem sandboxes see
+        backend = LocalBackend(home, store="copy", masks=[inside(backend_mask_dir), inside(user_mask_dir),
+                                                          inside(user_mask_file)])
         with new_sandbox(backend) as sb:
             sh(sb, "true")  # the init starts now, with the secrets above in place
             for key, value in env_before.items():  # masks were applied; the host env goes back
@@ -147,12 +150,15 @@ def test_home_directories_and_their_ssh_keys_are_invisible(world: World) -> None
 
 def test_etc_shadow_keeps_its_users_but_no_password_hash(world: World) -> None:
     shadow = world.sb.read_file("/etc/shadow").decode()
-    host_users = [line.split(":")[0] for line in Path("/etc/shadow").read_text().splitlines() if line]
+    users_of = world.sb.read_file("/etc/passwd").decode() if ROOTLESS else Path("/etc/shadow").read_text()
+    host_users = [line.split(":")[0] for line in users_of.splitlines() if line]  # rootless: its base's
     assert [line.split(":")[0] for line in shadow.splitlines() if line] == host_users
     for line in shadow.splitlines():
         assert "$" not in line.split(":")[1], line
 
 
+@pytest.mark.skipif(ROOTLESS, reason="rootless, a base is the user's own files, shown as they are: no "
+                    "hash in it is more secret than what the user reads already (root mode's base is the host's)")
 def test_password_hashes_of_a_rootfs_base_are_scrubbed(local_backend: LocalBackend) -> None:
     """The host's shadow here holds no hash, so a base with real-looking hashes proves the scrub."""
     base = Path(tempfile.mkdtemp(prefix="hsl-base-", dir="/tmp"))
@@ -176,7 +182,8 @@ def test_the_sandbox_store_is_invisible(world: World, store_home: Path) -> None:
     home = world.backend.home
     assert any(home.iterdir())  # the host sees store.json, sandboxes/, run/, copy-store/
     result = world.sb.exec(f"ls -A {home} /tmp; ls {home}/run")
-    assert result.stdout.split() == [f"{home}:", "/tmp:"]
+    # root mode: the home shows as an empty directory; rootless, nothing of the host shows
+    assert result.stdout.split() == ([] if ROOTLESS else [f"{home}:"]) + ["/tmp:"]
     assert result.exit_code != 0
     assert sh(world.sb, f"ls -A {store_home} 2>/dev/null; true").stdout == ""
 
@@ -189,15 +196,20 @@ def test_hermes_home_of_the_creating_process_is_invisible(world: World) -> None:
 
 
 def test_user_mask_entries_hide_a_directory_and_a_file(world: World) -> None:
-    listing = sh(world.sb, f"ls -A {world.user_mask_dir}").stdout
+    listing = sh(world.sb, f"ls -A {inside(world.user_mask_dir)}").stdout
     assert listing == ""
-    result = world.sb.exec(f"cat {world.user_mask_file}")
-    assert result.exit_code != 0 and "user-masked" not in result.stdout
-    assert sh(world.sb, f"cat {world.user_mask_sibling}").stdout == "visible\n"
+    result = world.sb.exec(f"cat {inside(world.user_mask_file)}")
+    assert "user-masked" not in result.stdout and _hidden_file(result)
+    assert sh(world.sb, f"cat {inside(world.user_mask_sibling)}").stdout == "visible\n"
+
+
+def _hidden_file(cat: ExecResult) -> bool:
+    """Root mode whites a masked file out (cat fails); rootless masks are mounts, /dev/null over it."""
+    return cat.stdout == "" if ROOTLESS else cat.exit_code != 0
 
 
 def test_a_backend_wide_extra_mask_hides_its_directory(world: World) -> None:
-    assert sh(world.sb, f"ls -A {world.backend_mask_dir}").stdout == ""
+    assert sh(world.sb, f"ls -A {inside(world.backend_mask_dir)}").stdout == ""
 
 
 def test_host_processes_are_invisible(world: World) -> None:
@@ -214,8 +226,12 @@ def test_the_host_environment_does_not_reach_the_sandbox(world: World) -> None:
     assert world.secret_value not in env
     assert "HSL_TEST_SECRET" not in env
     assert "HERMES_HOME" not in env
-    init_environ = Path(f"/proc/{init_state(world.sb)['pid']}/environ").read_bytes()  # seen from the host
-    assert world.secret_value.encode() not in init_environ and b"HERMES_HOME" not in init_environ
+    environ = Path(f"/proc/{init_state(world.sb)['pid']}/environ")  # seen from the host
+    if ROOTLESS:  # the init is not dumpable: its own user cannot read it either
+        with pytest.raises(PermissionError):
+            environ.read_bytes()
+    else:
+        assert world.secret_value.encode() not in environ.read_bytes() and b"HERMES_HOME" not in environ.read_bytes()
     every_environ = world.sb.exec("cat /proc/[0-9]*/environ").stdout  # /proc/1 is unreadable
     assert world.secret_value not in every_environ
     assert world.sb.exec("cat /proc/1/environ").stdout.count(world.secret_value) == 0
@@ -348,7 +364,7 @@ def test_the_classic_chroot_escape_ends_at_the_sandbox_root(world: World) -> Non
     assert world.root_marker.name not in root_listing  # still the sandbox's /root
     assert slash.split() == sh(world.sb, "ls -A / | sort").stdout.split()
     host_only = {p.name for p in world.backend.home.iterdir()}
-    assert not any(name in root_listing for name in host_only)
+    assert not host_only & set(root_listing.split())
 
 
 OPEN_BY_HANDLE = r"""
@@ -403,42 +419,50 @@ def test_symlinks_planted_inside_do_not_steer_the_host_s_mask_writes(local_backe
     the host write there (a scrubbed shadow file, a whiteout device, a directory)."""
     token = secrets.token_hex(4)
     victim = Path(tempfile.mkdtemp(prefix=f"hsl-victim-{token}-", dir="/tmp"))
-    masked = Path(tempfile.mkdtemp(prefix=f"hsl-mt-{token}-", dir=VISIBLE_PARENT))
+    masked = visible_dir(f"mt-{token}")
     (masked / "secret").write_text("masked file\n")
     (masked / "subdir").mkdir()
+    seen = inside(masked)
     try:
-        masking = LocalBackend(local_backend.home, masks=(str(masked / "secret"), str(masked / "subdir")))
+        masking = LocalBackend(local_backend.home, masks=(f"{seen}/secret", f"{seen}/subdir"))
         with new_sandbox(masking) as sb:
-            assert sb.exec(f"cat {masked}/secret").exit_code != 0  # masked at the first start
-            sh(sb, f"rm -rf {masked} && ln -s {victim} {masked} && rm -rf /etc && ln -s {victim} /etc")
+            assert _hidden_file(sb.exec(f"cat {seen}/secret"))  # masked at the first start
+            if ROOTLESS:  # masks are mounts there: the sandbox cannot take them away to plant a symlink
+                assert "Device or resource busy" in sb.exec(f"rm -rf {seen}").stderr
+                sh(sb, f"rm -rf /etc && ln -s {victim} /etc")
+            else:
+                sh(sb, f"rm -rf {seen} && ln -s {victim} {seen} && rm -rf /etc && ln -s {victim} /etc")
             sb.stop()
             result = sb.exec("echo restarted")  # the next start applies the masks again
             planted = sorted(p.name for p in victim.iterdir())
             assert planted == [], f"the host wrote {planted} into {victim}"
             assert result.stdout == "restarted\n"
             assert not os.listxattr(victim)
+            assert not ROOTLESS or _hidden_file(sb.exec(f"cat {seen}/secret"))
     finally:
         shutil.rmtree(victim, ignore_errors=True)
         shutil.rmtree(masked, ignore_errors=True)
 
 
-@pytest.mark.parametrize("kind", ["btrfs", "copy"])
+# rootless: the one kind of store the user's filesystem gives (tests/store_rootless covers each)
+@pytest.mark.parametrize("kind", ["auto"] if ROOTLESS else ["btrfs", "copy"])
 def test_a_setuid_file_planted_inside_gives_no_host_user_root(kind: str) -> None:
     """The writable layer lives in the store on the host: a setuid-root file made inside must not
     be a way to root for an unprivileged host user (the store is unreachable, or mounted nosuid).
-    The home is created by the backend in a world-readable parent, as /var/lib/hermes-sandboxes is."""
-    parent = temp_home(VISIBLE_PARENT)
+    The home is created by the backend in a world-readable parent, as /var/lib/hermes-sandboxes is.
+    Rootless, the user itself runs it: root inside is the user, so the file is only ever the user's."""
+    parent = temp_home("/tmp" if ROOTLESS else "/srv")
     parent.chmod(0o755)
     backend = LocalBackend(parent / "home", store=kind, image_size="2G")  # type: ignore[arg-type]
     try:
         with new_sandbox(backend) as sb:
             sh(sb, "cp /usr/bin/id /usr/local/bin/suid-id && chmod 4755 /usr/local/bin/suid-id")
             planted = backend.store.layer(sb.name) / "upper/usr/local/bin/suid-id"
-            assert planted.stat().st_mode & stat.S_ISUID  # there on the host, setuid root
+            assert planted.stat().st_mode & stat.S_ISUID  # there on the host, setuid (to root inside)
             # a shell of the unprivileged user runs it (setpriv itself would resolve the path as root)
-            as_nobody = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                                        "sh", "-c", '"$0" -u', str(planted)], capture_output=True, text=True)
-            assert as_nobody.returncode != 0 or as_nobody.stdout.strip() == "65534", as_nobody
+            drop = [] if ROOTLESS else ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+            as_nobody = subprocess.run([*drop, "sh", "-c", '"$0" -u', str(planted)], capture_output=True, text=True)
+            assert as_nobody.returncode != 0 or as_nobody.stdout.strip() == str(os.getuid() if ROOTLESS else 65534)
     finally:
         teardown_backend(backend)
         shutil.rmtree(parent, ignore_errors=True)
@@ -493,6 +517,8 @@ def test_host_users_cannot_reach_a_sandbox_s_control_socket(world: World) -> Non
     assert stat.S_IMODE((world.backend.home / "s").stat().st_mode) & 0o077 == 0
     for path in sockets:
         assert stat.S_IMODE(path.lstat().st_mode) & 0o077 == 0
+        if ROOTLESS:
+            continue  # becoming another user takes root: the modes above are what keeps them out
         probe = subprocess.run(
             ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c",
              "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])", str(path)],
@@ -502,16 +528,17 @@ def test_host_users_cannot_reach_a_sandbox_s_control_socket(world: World) -> Non
 
 # what root inside can do, and what that changes on the host (nothing) ------------------------------
 def test_deleting_and_overwriting_host_files_inside_leaves_the_host_untouched(sandbox: LocalSandbox) -> None:
-    before = {p: _sha(p) for p in ("/usr/bin/git", "/etc/os-release", "/etc/passwd")}
+    host = view_root()  # rootless: the user's base, which holds what the sandbox sees
+    before = {p: _sha(str(host / p)) for p in ("usr/bin/git", "etc/os-release", "etc/passwd")}
     sh(sandbox, "rm -rf /usr/bin/git /usr/share/git-core && echo overwritten > /etc/os-release && "
                 "echo 'evil:x:0:0::/:/bin/sh' >> /etc/passwd && touch /etc/hsl-created-inside && "
                 "chmod 777 /usr/bin && rm -rf /usr/lib/python3")
     assert sandbox.exec("git --version").exit_code == 127
     assert sh(sandbox, "cat /etc/os-release").stdout == "overwritten\n"
-    assert {p: _sha(p) for p in before} == before
-    assert Path("/usr/share/git-core").is_dir() and Path("/usr/lib/python3").is_dir()
-    assert not Path("/etc/hsl-created-inside").exists()
-    assert oct(os.stat("/usr/bin").st_mode & 0o777) == oct(0o755)
+    assert {p: _sha(str(host / p)) for p in before} == before
+    assert (host / "usr/share/git-core").is_dir() and (host / "usr/lib/python3").is_dir()
+    assert not (host / "etc/hsl-created-inside").exists()
+    assert oct(os.stat(host / "usr/bin").st_mode & 0o777) == oct(0o755)
     assert subprocess.run(["git", "--version"], capture_output=True).returncode == 0
 
 
