@@ -54,6 +54,23 @@ def test_a_diff_past_its_budget_says_so_instead_of_running_on(sb: LocalSandbox) 
     assert len(sb.diff(base.id)) == 3001  # the default budget holds these
 
 
+def test_the_btrfs_hint_before_the_walk_is_held_to_the_same_budget(sandbox: LocalSandbox) -> None:
+    """The btrfs store first reads which inodes changed (about 600 bytes of memory each): that hint
+    counts against the diff's budget too (on the previous main it held every changed inode, and
+    spent its time, before any budget was looked at)."""
+    store = sandbox.backend.store
+    assert store.kind == "btrfs"
+    base = sandbox.checkpoint("before the files")
+    sh(sandbox, "mkdir /root/many && cd /root/many && seq 3000 | xargs touch", timeout=300)
+    old, layer = store.checkpoint_path(sandbox.name, base.id), store.readable_layer(sandbox.name)
+    with pytest.raises(treediff.TooBig, match="the diff stopped after 2,001 changed inodes"):
+        store.change_hint(sandbox.name, old, layer, treediff.Budget(entries=2000).start())
+    with pytest.raises(treediff.TooBig, match="its time limit"):  # a deadline passed: stops at once
+        store.change_hint(sandbox.name, old, layer, treediff.Budget(seconds=0).start())
+    hint = store.change_hint(sandbox.name, old, layer, treediff.Budget().start())
+    assert hint is not None and len(hint.inodes) >= 3000
+
+
 @pytest.mark.timeout(1200)  # generous: the walk's budget is 30 s, the restore needs no walk
 def test_the_cli_previews_a_4000_deep_tree_within_its_budget_and_restore_yes_takes_it_away(
         sb: LocalSandbox) -> None:

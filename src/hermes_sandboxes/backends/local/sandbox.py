@@ -675,9 +675,10 @@ class LocalSandbox(Sandbox):
             return self._diff(old, store.readable_layer(self.name))
 
     def _diff(self, old: Path, new: Path) -> list[FileChange]:
-        hint = self._backend.store.change_hint(self.name, old, new)
+        spend = treediff.Budget().start()  # one budget for the hint and the walk together
         try:
-            return self._backend.store.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint)
+            hint = self._backend.store.change_hint(self.name, old, new, spend)
+            return self._backend.store.diff_layers(old / "upper", new / "upper", Path(self.base or "/"), hint, spend)
         except treediff.TooBig as exc:  # a hostile layer: said, not walked to the end (a restore needs no diff)
             raise Unsupported(f"sandbox {self.name}: {exc}") from None
 

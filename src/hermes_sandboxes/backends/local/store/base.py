@@ -278,18 +278,21 @@ class Store(ABC):
     def _remove_tree(self, path: Path) -> None:
         remove_tree(path)
 
-    def diff_layers(self, old: Path, new: Path, lower: Path | None,
-                    hint: treediff.Hint | None) -> list[FileChange]:
-        """What changed from the upper layer ``old`` to ``new`` over the base ``lower`` (treediff)."""
-        return treediff.diff_layers(old, new, lower, hint, self.xattr_prefix + "opaque")
+    def diff_layers(self, old: Path, new: Path, lower: Path | None, hint: treediff.Hint | None,
+                    spend: treediff.Spend | None = None) -> list[FileChange]:
+        """What changed from the upper layer ``old`` to ``new`` over the base ``lower`` (treediff),
+        within what is left of ``spend`` (default: a budget of its own)."""
+        return treediff.diff_layers(old, new, lower, hint, self.xattr_prefix + "opaque", spend=spend)
 
     # what changed ----------------------------------------------------------------------------
     def readable_layer(self, name: str) -> Path:
         """The live layer, ready to be compared (readers go by descriptor: see fdwalk)."""
         return self.layer(name)
 
-    def change_hint(self, name: str, old: Path, new: Path) -> treediff.Hint | None:
-        """Where the volumes ``old`` and ``new`` may differ, or None when the store cannot tell."""
+    def change_hint(self, name: str, old: Path, new: Path,
+                    spend: treediff.Spend | None = None) -> treediff.Hint | None:
+        """Where the volumes ``old`` and ``new`` may differ, or None when the store cannot tell;
+        counted against ``spend``, the diff's budget (TooBig past it)."""
         return None
 
     def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
@@ -437,8 +440,12 @@ class BtrfsStore(Store):
             os.close(fd)
         return layer
 
-    def change_hint(self, name: str, old: Path, new: Path) -> treediff.Hint | None:
+    def change_hint(self, name: str, old: Path, new: Path,
+                    spend: treediff.Spend | None = None) -> treediff.Hint | None:
         fds = [os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) for volume in (old, new)]
+        # the hint holds every changed inode in memory (about 600 bytes each): held to the diff's
+        # budget, as the walk's entries are, so a layer of millions of files stops here in time
+        check = (spend or treediff.Budget().start()).hinted
         try:
             after = self._common_generation(name, fds[0], fds[1])
             if after is None:
@@ -446,10 +453,14 @@ class BtrfsStore(Store):
             dirs: set[str] = set()
             inodes: set[int] = set()
             for fd in fds:
-                changes = btrfstree.changed_inodes(fd, after)
-                changes.complete(fd)
+                def counted(n: int, held: int = len(inodes)) -> None:  # with the other layer's
+                    check(n + held)
+
+                changes = btrfstree.changed_inodes(fd, after, counted)
+                changes.complete(fd, counted)
                 inodes |= changes.items.keys()
                 for inode in changes.dirs:
+                    check(len(inodes))  # (the time: a name looked up per directory)
                     path = btrfstree.inode_path(fd, inode)
                     if path is None:
                         return None  # unnamed (e.g. deeper than the kernel can say): walk it all

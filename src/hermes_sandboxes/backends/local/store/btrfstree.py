@@ -18,7 +18,7 @@ import ctypes
 import fcntl
 import os
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 _SEARCH_V2 = 0xC0709411  # _IOWR(0x94, 17, struct btrfs_ioctl_search_args_v2)
@@ -95,21 +95,28 @@ class Changes:
     parents: dict[int, set[int]]  # changed inode -> the directories holding its names
     dirs: set[int]  # changed directories, and the directories holding a changed inode
 
-    def complete(self, fd: int) -> None:
-        """Read the names of changed inodes whose names were not in the changed blocks."""
+    def complete(self, fd: int, check: Callable[[int], None] | None = None) -> None:
+        """Read the names of changed inodes whose names were not in the changed blocks; ``check``
+        as in changed_inodes."""
         for inode in self.items.keys() - self.parents.keys():
+            if check is not None:
+                check(len(self.items))
             self.parents[inode] = parents_of(fd, inode)
             self.dirs |= self.parents[inode]
 
 
-def changed_inodes(fd: int, after: int) -> Changes:
+def changed_inodes(fd: int, after: int, check: Callable[[int], None] | None = None) -> Changes:
     """Inodes of fd's subvolume whose inode item was written after transaction ``after``, with
-    the directories whose entries (or entries' inodes) changed; call complete() before use."""
+    the directories whose entries (or entries' inodes) changed; call complete() before use.
+    ``check`` is told the count of changed inodes held so far at each one (it may raise: a
+    budget)."""
     changes = Changes({}, {}, set())
     for objectid, item_type, offset, data in _search(fd, after + 1):
         if item_type == _INODE_ITEM:
             if struct.unpack_from("=Q", data, 8)[0] > after:  # the item's own transid
                 changes.items[objectid] = _identity(data)
+                if check is not None:
+                    check(len(changes.items))
                 if struct.unpack_from("=I", data, 52)[0] & _S_IFMT == _S_IFDIR:
                     changes.dirs.add(objectid)
         elif objectid in changes.items:

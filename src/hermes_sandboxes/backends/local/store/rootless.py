@@ -128,8 +128,9 @@ class RootlessStore(Store):
     def tree_bytes(self, path: Path) -> int:
         return mapped.call(tree_bytes, path)
 
-    def diff_layers(self, old: Path, new: Path, lower: Path | None,
-                    hint: treediff.Hint | None) -> list[FileChange]:
+    def diff_layers(self, old: Path, new: Path, lower: Path | None, hint: treediff.Hint | None,
+                    spend: treediff.Spend | None = None) -> list[FileChange]:
+        # the helper's walk has its own budget: no hint came before it here (change_hint is None)
         return mapped.call(treediff.diff_layers, old, new, lower, hint, self.xattr_prefix + "opaque")
 
     def check_disk_limit(self, limit: int | None) -> None:

@@ -48,11 +48,14 @@ class Budget(NamedTuple):
     entries: int = 400_000
     seconds: float = 30.0
 
-    def start(self) -> _Spend:
-        return _Spend(self)
+    def start(self) -> Spend:
+        return Spend(self)
 
 
-class _Spend:
+class Spend:
+    """One diff's use of its budget, from its start: the hint that may precede the walk (a store's
+    change_hint) spends the same seconds, and its changed inodes are held to the same count."""
+
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
         self.count = self.ticks = 0
@@ -63,6 +66,13 @@ class _Spend:
         if self.ticks % 1024 == 0 and time.monotonic() > self.deadline:
             raise TooBig(f"the diff stopped after {self.budget.seconds:g} s (its time limit), having walked "
                          f"{self.count:,} entries: what changed is more than a diff can work out in time")
+
+    def hinted(self, inodes: int) -> None:
+        """A hint holds ``inodes`` changed inodes so far (each kept in memory, as an entry is)."""
+        self.tick()
+        if inodes > self.budget.entries:
+            raise TooBig(f"the diff stopped after {inodes:,} changed inodes (its limit): the layers hold more "
+                         "than a diff can count; what is past that is unknown")
 
     def one(self) -> None:
         self.count += 1
@@ -98,7 +108,7 @@ def _entry(st: os.stat_result) -> _Entry:
 class _Side:
     """One layer's entries at the paths compared so far."""
 
-    def __init__(self, tree: Tree | None, opaque_xattr: str, spend: _Spend) -> None:
+    def __init__(self, tree: Tree | None, opaque_xattr: str, spend: Spend) -> None:
         self.tree = tree
         self.entries: dict[str, _Entry] = {}
         self._opaque: dict[str, bool] = {}
@@ -130,13 +140,14 @@ class _Side:
 
 def diff_layers(old_root: Path, new_root: Path, lower: Path | None = None,
                 hint: Hint | None = None, opaque_xattr: str = OPAQUE_XATTR,
-                budget: Budget | None = None) -> list[FileChange]:
+                budget: Budget | None = None, spend: Spend | None = None) -> list[FileChange]:
     """Changes from the layer ``old_root`` to ``new_root`` over the base ``lower``; a ``hint``
     limits the comparison to where the layers may differ; ``opaque_xattr``: the overlay's marker of
     an opaque directory (``user.overlay.opaque`` in layers of a user-namespace overlay). The walk
-    stops with TooBig when it passes ``budget`` (default ``Budget()``)."""
+    stops with TooBig when it passes ``budget`` (default ``Budget()``), or what is left of
+    ``spend`` (the budget the hint started spending)."""
     old_tree, new_tree = _open(old_root), _open(new_root)
-    spend = (budget or Budget()).start()
+    spend = spend or (budget or Budget()).start()
     try:
         old, new = _Side(old_tree, opaque_xattr, spend), _Side(new_tree, opaque_xattr, spend)
         if hint is None:
