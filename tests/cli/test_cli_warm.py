@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.cli import cli as main_cli
+from hermes_sandboxes.cli.fastpath.server import IDLE_VAR
 from hermes_sandboxes.recorder.state import HostState
 from tests.cli import cli_kit, warm_kit
 from tests.cli.cli_kit import CLI, as_json, ok
@@ -636,3 +637,37 @@ def test_a_sandbox_started_warm_is_forked_from_the_servers_fork_server_which_lea
     os.kill(server, signal.SIGTERM)
     warm_kit.wait_gone(server)
     poll(lambda: not warm_kit.alive(forks), "the fork server leaving with its server")
+
+
+@pytest.mark.parametrize("end", ["idle timeout", "SIGTERM", "SIGKILL"])
+def test_the_servers_fork_server_ends_with_the_server_however_it_ends(
+        home: Path, box: LocalSandbox, rt: dict[str, str], end: str) -> None:
+    """Every worker is forked from the server and so holds the fork server's socket too: the end of
+    that socket alone would keep the fork server (ppid 1) for as long as any worker, or anything a
+    worker forked, lives on. It ends with the server itself, and a call in progress is not harmed."""
+    env = {**rt, IDLE_VAR: "1"} if end == "idle timeout" else rt
+    server = warm_kit.start(env)
+    # a call in progress: the server cannot idle out meanwhile, and we find its fork server at leisure
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; read line; echo done-$line"), env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        poll(lambda: len(warm_kit.fork_servers_of(server)) == 1, "the server's fork server, started ahead")
+        [forks] = warm_kit.fork_servers_of(server)
+        [worker] = warm_kit.owners(journal(box))  # (the server's children include a spare worker, forked ahead)
+        if end == "idle timeout":
+            out, err = proc.communicate(b"go\n", timeout=60)
+            assert (proc.returncode, out) == (0, b"done-go\n"), err
+            warm_kit.wait_gone(server)  # by itself, its last worker gone and one idle second passed
+        else:
+            os.kill(server, getattr(signal, end))
+            warm_kit.wait_gone(server)
+            assert warm_kit.alive(worker)  # its call runs on, and its worker with it
+        poll(lambda: not warm_kit.alive(forks), f"the fork server {forks} ending with its server {server}")
+        if end != "idle timeout":
+            out, err = proc.communicate(b"go\n", timeout=60)
+            assert (proc.returncode, out) == (0, b"done-go\n"), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -8,9 +8,12 @@ stores and loop images to hide at once: init.prepare, masks.hidden_from_sandboxe
 of the configuration (init.launch); it says on the same socket the init's host pid (``pid N``)
 or what went wrong (``error ...``), then exits, and the init says ``ok`` there once it is ready.
 A caller gets the launcher going before it knows the rest (a restore: while it stages the copy and
-stops the old init). The server reads nothing else, holds
-nothing of any sandbox, and exits when the requester's end of its stdin closes (the host process
-ended). A fork costs ~1 ms where a fresh interpreter costs ~30 ms (far more on a busy machine).
+stops the old init). The server reads nothing else, holds nothing of any sandbox, and exits when the
+requester's end of its stdin closes. That end is copied into every child the host process forks (a
+warm server's workers, and whatever they fork), so it alone does not bind the server's life to its
+owner's: an owner that started it from its main thread (the last of its threads to end) also has it
+killed by the kernel when it dies (PR_SET_PDEATHSIG), however it ends (an idle exit, SIGTERM, kill -9).
+A fork costs ~1 ms where a fresh interpreter costs ~30 ms (far more on a busy machine).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from hermes_sandboxes.backends.local import userns
 from hermes_sandboxes.backends.local.guest import init, masks
+from hermes_sandboxes.backends.local.guest import syscalls as sc
 
 TYPE_CHECKING = False  # typing is not imported at run time (see init)
 if TYPE_CHECKING:
@@ -32,7 +36,11 @@ if TYPE_CHECKING:
 _SETUP_TIMEOUT_S = 60  # a launcher whose init never gets ready dies (SIGALRM) rather than hang on
 
 
-def serve() -> None:
+def serve(owner: int | None = None) -> None:
+    """Serve requests on stdin; ``owner``: the pid of the process whose death ends us (None: only
+    the end of stdin does)."""
+    if owner is not None:
+        _die_with(owner)
     # launchers are reaped by the kernel as they exit (each resets this for what it starts)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control = socket.socket(fileno=0)
@@ -50,6 +58,15 @@ def serve() -> None:
         if os.fork() == 0:
             _launcher(control, fds[0])
         os.close(fds[0])
+
+
+def _die_with(owner: int) -> None:
+    """SIGKILL when the thread that started us ends (the owner's main thread: its process's end);
+    an owner already gone before that was set has left us to another parent, and we leave at once.
+    (A fork clears the setting: the launchers and the inits are not bound to it.)"""
+    sc.prctl(sc.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != owner:
+        os._exit(0)
 
 
 def _launcher(control: socket.socket, fd: int) -> None:

@@ -10,10 +10,12 @@ Starting Python and importing the init costs ~30 ms, far more on a busy machine;
 above all) that waited for a fresh interpreter, or for one started ahead that was not ready yet,
 spent most of its time there. So each host process starts one fork server (forkserver.py) on first
 use and keeps it: every start forks a launcher from it. The server holds nothing of any sandbox and
-exits when this process does (its end of the socket closes). The warm exec server starts its own
-ahead (``start_ahead``): its workers, forked from it, inherit the socket and reuse it, as calls of
-one API process do. Whatever a caller's process state the init inherits travels in the request
-(the umask), not from the fork server's.
+exits when this process does: its end of the socket closes, and, started from the main thread, the
+kernel kills it when this process dies (children we fork copy that end of the socket, and would keep
+it open). The warm exec server starts its own ahead (``start_ahead``): its workers, forked from it,
+inherit the socket and reuse it, as calls of one API process do; once the warm server has gone, a
+worker's request fails and it starts one of its own. Whatever a caller's process state the init
+inherits travels in the request (the umask), not from the fork server's.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 # -I: no PYTHON* variables, no user site and no current directory on sys.path; -S: no site-packages
 # processing (.pth files of every installed package): the init needs only this package, whose
 # parent directory is the first packet on the server's stdin.
-_BOOTSTRAP = ("import marshal, os, sys; sys.path.insert(0, marshal.loads(os.read(0, 65536))); "
-              "from hermes_sandboxes.backends.local.forkserver import serve; serve()")
+_BOOTSTRAP = ("import marshal, os, sys; parent, owner = marshal.loads(os.read(0, 65536)); "
+              "sys.path.insert(0, parent); from hermes_sandboxes.backends.local.forkserver import serve; "
+              "serve(owner)")
 _ARGV = ("hermes-sandboxes-init", "-I", "-S", "-c", _BOOTSTRAP)
 # With an argv[0] that is no path, Python looks for its standard library (lib/python3.X/os.py and
 # other landmarks) in the current directory first: started from the caller's directory, root would
@@ -62,7 +65,10 @@ class ForkServer:
             theirs.close()
         self.control = ours
         self.owner = os.getpid()
-        ours.send(marshal.dumps(_PACKAGE_PARENT))
+        # the kernel's parent-death signal follows the thread that started the child: only the main
+        # thread's end is this process's (started from another thread, the socket's end alone ends it)
+        bound = threading.current_thread() is threading.main_thread()
+        ours.send(marshal.dumps((_PACKAGE_PARENT, self.owner if bound else None)))
 
     def alive(self) -> bool:
         """Whether it still runs, as far as this process can tell: a forked child (a warm worker)

@@ -23,8 +23,8 @@ of its call, exactly as it would belong to an in-process CLI. It starts one proc
 backend's fork server (launcher.py), which holds nothing of any sandbox; its workers inherit its
 socket and fork their launchers from it (a CLI call would otherwise start a fresh interpreter for
 it: ~30 ms, far more under load, on every `run` and restore). It runs with the server's uid and
-capabilities (the key's), its code is among the files the stale check watches, and it exits once
-the server and the last worker holding its socket have gone.
+capabilities (the key's), its code is among the files the stale check watches, and it ends with the
+server, however the server ends (a worker still running then starts its own for what it launches).
 The modules it preloads read neither the environment, the working directory, the clock nor the
 pid at import (each worker gets the client's): keep it so.
 """
