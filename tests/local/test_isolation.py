@@ -188,6 +188,29 @@ def test_the_sandbox_store_is_invisible(world: World, store_home: Path) -> None:
     assert sh(world.sb, f"ls -A {store_home} 2>/dev/null; true").stdout == ""
 
 
+def test_another_sandbox_s_journal_and_the_host_state_directory_are_out_of_reach(world: World) -> None:
+    """#24 finding 9: every sandbox's journal and audit log are in the host state directory, which
+    no sandbox sees (root mode masks it; rootless it is in the user's XDG state or, here, /tmp)."""
+    from hermes_sandboxes.recorder.state import HostState
+
+    token = f"hsl-journal-{secrets.token_hex(6)}"
+    state = HostState()
+    with new_sandbox(world.backend) as other:
+        recorded = state.recorded(other)
+        try:
+            assert recorded.exec(f"echo {token} > /dev/null").exit_code == 0
+        finally:
+            recorded.close()
+        journal = state.journal_path(world.backend.key, other.name)
+        assert token in journal.read_text()  # the host has it...
+        root = state.trusted()
+        # rootless: all it sees (its base); root mode: where the host keeps state (all of / takes minutes)
+        where = "/ --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev" if ROOTLESS else f"{root} /tmp /var /root"
+        seen = world.sb.exec(f"ls -A {root} {journal.parent} 2>/dev/null; grep -rlsF {token} {where}; true",
+                             timeout=300)
+        assert seen.stdout == "", seen.stdout  # ...no other sandbox does, anywhere it looks
+
+
 def test_hermes_home_of_the_creating_process_is_invisible(world: World) -> None:
     result = world.sb.exec(f"ls -A {world.hermes_home}; cat {world.hermes_home}/auth.json")
     assert "hermes secret" not in result.stdout

@@ -1,6 +1,6 @@
 """The suites of the local sandbox, run rootless: as a normal user this session makes, on a base
 root filesystem of that user's own (the conformance suite's ``local-rootless`` target, and the
-escape and isolation files of root mode, whose every attack runs for real as that user)."""
+escape, isolation and mask files of root mode, whose every attack runs for real as that user)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,10 @@ ROOT_ONLY = {
 }
 
 
-def test_the_escape_and_isolation_files_pass_rootless_as_a_normal_user(rootless_user: kit.TestUser) -> None:
-    tail = _pytest(rootless_user, "tests/local/test_escapes.py", "tests/local/test_isolation.py")
+def test_the_escape_isolation_and_mask_files_pass_rootless_as_a_normal_user(rootless_user: kit.TestUser) -> None:
+    tail = _pytest(rootless_user, "tests/local/test_escapes.py", "tests/local/test_isolation.py",
+                   "tests/local/test_mask_symlinks.py")
     passed = re.search(r"(\d+) passed", tail)
-    assert passed and int(passed.group(1)) >= 38, tail
+    assert passed and int(passed.group(1)) >= 44, tail
     skipped = re.search(r"(\d+) skipped", tail)
     assert skipped and int(skipped.group(1)) == len(ROOT_ONLY), tail

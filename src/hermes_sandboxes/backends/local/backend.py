@@ -110,7 +110,8 @@ class LocalBackend(Backend):
         self.base = _validate_base(base)
         self.credentials = tuple(credentials)
         # the brokered credentials' source files are hidden in every sandbox
-        self.masks = _validate_masks([*masks, *(c.file for c in self.credentials if c.file)], self.base)
+        self.masks = _validate_masks([*masks, *(c.file for c in self.credentials if c.file)], self.base,
+                                     rootless=self.rootless)
         self.upstream_ca = upstream_ca
         self.secret_lookup = secret_lookup
         self._audit_path = audit_path
@@ -573,10 +574,15 @@ def _check_home(home: Path) -> None:
         raise InvalidInput(f"{exc}; refusing to use it as a sandbox home") from None
 
 
-def _validate_masks(masks: Sequence[str], base: str | None) -> tuple[str, ...]:
+def _validate_masks(masks: Sequence[str], base: str | None, *, rootless: bool) -> tuple[str, ...]:
     if not masks:
         return ()  # (and guest.masks, with hashlib, stays off the exec path: ~9 ms of a CLI exec)
     from hermes_sandboxes.backends.local.guest.masks import resolve_within
+
+    if base is None and rootless:  # a rootless sandbox's root is the user's base, never the host's
+        from hermes_sandboxes.backends.local.store import baseimage
+
+        base = str(baseimage.root_of())
 
     for mask in masks:
         if not isinstance(mask, str) or not mask.startswith("/"):

@@ -91,8 +91,8 @@ def _launcher(control: socket.socket, fd: int) -> None:
                 for resource_id, limit in first.get("rlimits", {}).items():
                     resource.setrlimit(resource_id, (limit, limit))
                 hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
-                cfg = {**_message(messages), "hide": [*hide, *first.get("masks", ())], "userns": first.get("userns"),
-                       "userns_fd": ns_fd}
+                cfg = {**_message(messages), "hide": hide, "masks": first.get("masks", ()),
+                       "userns": first.get("userns"), "userns_fd": ns_fd}
                 answer = f"pid {init.launch(cfg, fd)}\n".encode()
             except Exception as exc:
                 answer = f"error {exc or type(exc).__name__}\n".encode()

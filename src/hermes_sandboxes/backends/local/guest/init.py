@@ -408,6 +408,7 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
         userxattr=ids.get("mode") == "rootless", binds=[tuple(b) for b in cfg.get("binds", ())],
         shm_bytes=cfg.get("shm_bytes"))
     rootfs.hide(cfg.get("hide", ()))
+    rootfs.hide(cfg.get("masks", ()), follow=True)
     oomscore.hold()  # as host root still: in its user namespace the init may no longer open it
     if ids.get("refused"):
         sys.stderr.write(f"hermes-sandboxes init: no user namespace of its own ({ids['refused']}): root inside "

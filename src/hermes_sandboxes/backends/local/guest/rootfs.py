@@ -214,12 +214,18 @@ def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
     return idmapped
 
 
-def hide(paths: list[str] | tuple[str, ...]) -> None:
+def hide(paths: list[str] | tuple[str, ...], *, follow: bool = False) -> None:
     """Cover each path that exists in the sandbox's root (entered already) with something empty: a
     read-only tmpfs over a directory, /dev/null over a file. Paths resolve inside the sandbox; a
     path the sandbox turned into a symlink is skipped, since what the host had there is hidden
-    behind that symlink already. Root inside can neither unmount nor mount (capabilities, seccomp)."""
-    for path in paths:
+    behind that symlink already. ``follow`` (a rootless sandbox's configured masks, whose base is
+    the user's own tree): a path that is a symlink is hidden where it points, as root mode's masks
+    are (guest/masks.py); resolved in the sandbox's root, so at worst it hides a file of its own.
+    Root inside can neither unmount nor mount (capabilities, seccomp)."""
+    for named in paths:
+        path = os.path.realpath(named) if follow else named
+        if path == "/":
+            continue  # the backend refuses such a mask; one the sandbox planted hides nothing
         try:
             mode = os.lstat(path).st_mode
         except OSError:
