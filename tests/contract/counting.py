@@ -105,6 +105,7 @@ class CountingSandbox(Sandbox):
         return self._inner.changed_since(checkpoint_id)
 
     def oom_kills(self) -> int | None:
+        self._count("oom_kills")
         return self._inner.oom_kills()
 
     def attach(self, command: Command, fds: tuple[int, int, int], *, cwd: str | None = None,

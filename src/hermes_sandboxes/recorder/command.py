@@ -137,12 +137,11 @@ class RecordedProcess(Process):
         if self._why is not None:
             self.record(code, killed=True, error=self._why)
             return
-        if code == KILLED_EXIT_CODE and not self._killed and self._oom_before is not None:
-            try:
-                after = self._recorder.inner.oom_kills()
-            except (SandboxError, OSError):
-                after = None
-            if after is not None and after > self._oom_before:
+        if code != 0:  # a failure may follow a memory kill: the count is read again (see read_oom_kills)
+            before, after = self._oom_before, self._recorder.read_oom_kills()
+            # fewer than before: the sandbox started again since (a new group, counting from 0)
+            if (code == KILLED_EXIT_CODE and not self._killed and before is not None and after is not None
+                    and after != before and after > 0):
                 self.out_of_memory = True
                 self.record(code, error=MEMORY_KILL)
                 return

@@ -248,6 +248,7 @@ class RecordedSandbox:
         self.broken_promises: tuple[str, ...] = ()  # named checkpoints the last pruning deleted
         self.retention_note = ""  # set when retention had to keep more than it was asked to
         self.restore_token = ""  # what ``hooks.on_restored`` returned for the last restore through this object
+        self._oom_seen: int | None = None  # the memory limit's kill count as last read (see read_oom_kills)
         if self.policy != "off":
             self._require_checkpoints()
 
@@ -362,7 +363,7 @@ class RecordedSandbox:
 
     def _launched(self, ready: Prepared, launch: Callable[[], Process]) -> RecordedProcess:
         """``launch()``'s process, recorded as ``ready`` describes; a start that fails is journaled."""
-        oom_before = self._oom_kills()
+        oom_before = self._oom_seen if self._oom_seen is not None else self.read_oom_kills()
         try:
             inner = launch()
         except SandboxError as exc:
@@ -371,11 +372,16 @@ class RecordedSandbox:
             raise
         return RecordedProcess(self, inner, ready, oom_before=oom_before)
 
-    def _oom_kills(self) -> int | None:
+    def read_oom_kills(self) -> int | None:
+        """How many processes the sandbox's memory limit has killed (None: cannot tell), read now
+        and kept as the count before the commands that start next. Read by the first command, then
+        again only after a command that ends with a failure (which a memory kill, of it or of
+        what it started, may be): a command that succeeds reads no cgroup file."""
         try:
-            return self._inner.oom_kills()
+            self._oom_seen = self._inner.oom_kills()
         except (SandboxError, OSError):
-            return None
+            self._oom_seen = None
+        return self._oom_seen
 
     def exec(self, command: Command, *, timeout: float | None = None, capture_limit: int = 256 * 1024,
              **options: Unpack[CommandOptions]) -> RecordedExec:
