@@ -16,6 +16,7 @@ from tests.guest import harness
 
 GUEST_TESTS = [
     "tests/local/test_limits.py",
+    "tests/local/test_oom_init.py::test_filling_dev_shm_or_memory_ends_the_command_and_the_sandbox_lives_on",
     "tests/local/test_cgroups.py::test_the_init_and_its_commands_are_in_their_own_group_in_every_hierarchy",
     "tests/local/test_cgroups.py::test_a_cgroup_mount_in_the_sandboxs_namespace_sees_only_its_box",
     "tests/local/test_cgroups.py::test_root_inside_cannot_reach_host_groups_nor_lift_its_limits",

@@ -6,7 +6,10 @@ whole sandbox went with it (the command then had no exit code, not its 137). Low
 score needs CAP_SYS_RESOURCE (absent in the sandbox's user namespace, and maybe from root itself);
 raising a score needs nothing, and a child inherits its parent's score when it is made. So the init
 raises its own score around every fork or spawn of a command, a stub or a file helper, and lowers
-it back to 0 at once (back to where it was needs no right either).
+it back to 0 at once (back to where it was needs no right either). The init is not set below 0
+where host root could (it has CAP_SYS_RESOURCE): a child inherits the lowest score its parent may
+return to, so with the init at -1000 a command could write -1000 for itself and be exempt from
+the OOM killer, the host's included; at 0 the init already loses to every command at 1000.
 
 Once in its user namespace (and not dumpable) the init can no longer open its own oom_score_adj,
 so it opens it once before, as host root: ``hold``; writes through that descriptor need no right.
