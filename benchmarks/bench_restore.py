@@ -6,7 +6,7 @@ journal or the backend's checkpoint list shows.
 Run (root): python benchmarks/bench_restore.py [--runs N] [--history N] [--out FILE]
 Writes benchmarks/results/restore.json and prints a table row: the CLI restore's median, the
 backend restore's median and their paired difference (the CLI's own overhead: listings, journal
-folds, the preview's diff summary, the records written).
+folds, the records written; with --yes no diff since issue 24).
 """
 
 from __future__ import annotations
