@@ -26,7 +26,18 @@ from hermes_sandboxes.sandbox import SandboxSpec
 from tests.cli.cli_kit import hs, ok
 from tests.conftest import teardown_backend
 from tests.local import egress_kit
-from tests.local.kit import fresh_name, init_state, new_sandbox, pid_alive, sh, temp_backend, temp_home, wait_for
+from tests.local.kit import (
+    ROOTLESS,
+    fresh_name,
+    init_state,
+    new_sandbox,
+    pid_alive,
+    sh,
+    temp_backend,
+    temp_home,
+    view_root,
+    wait_for,
+)
 
 SECRET = "hsb-test-secret-" + os.urandom(8).hex()
 SECRET_VAR = "HSB_EGRESS_TEST_TOKEN"  # the host variable the credential's value comes from
@@ -164,6 +175,8 @@ def test_without_the_proxy_variables_nothing_is_reachable(plain: LocalSandbox, h
     assert sh(plain, "ls /sys/class/net").stdout.split() == ["lo"]
 
 
+@pytest.mark.xfail(ROOTLESS, strict=True, reason="open (#19): rootless, /dev/hermes-egress is a bind of the store's "
+                   "run/NAME/egress-inside, and mountinfo names a bind's source path within its filesystem")
 def test_the_proxy_socket_is_there_without_a_host_path_in_the_mount_table(
         local_backend: LocalBackend, plain: LocalSandbox) -> None:
     assert sh(plain, "test -S /dev/hermes-egress/proxy.sock && echo socket").stdout == "socket\n"
@@ -171,6 +184,7 @@ def test_the_proxy_socket_is_there_without_a_host_path_in_the_mount_table(
     assert str(local_backend.home) not in mounts and "hermes-egress" not in mounts
 
 
+@pytest.mark.skipif(ROOTLESS, reason="the rootless base has no pip (git over the proxy runs rootless too)")
 def test_pip_downloads_from_a_local_index_through_the_proxy(local_backend: LocalBackend, index_server: int) -> None:
     spec = SandboxSpec(network="proxy", allow=(f"127.0.0.1:{index_server}",))
     with new_sandbox(local_backend, spec) as sb:
@@ -353,7 +367,8 @@ def test_the_ca_key_stays_on_the_host(broker_backend: LocalBackend, brokered: Lo
 
 def test_a_credential_from_a_host_file_is_brokered_and_its_file_hidden(
         https_a: egress_kit.Server, upstream_cert: tuple[Path, Path]) -> None:
-    directory = Path(tempfile.mkdtemp(prefix="hsb-egress-cred-", dir="/srv"))
+    # root mode: where the sandbox would see it unmasked; rootless, in the user's home, where it would be
+    directory = Path(tempfile.mkdtemp(prefix="hsb-egress-cred-", dir=Path.home() if ROOTLESS else "/srv"))
     try:
         token_file = directory / "token"
         token_file.write_text(SECRET + "\n")
@@ -406,7 +421,8 @@ SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 def _trusts_the_proxy_without_ca_variables(sb: LocalSandbox, server: egress_kit.Server) -> None:
     assert sh(sb, f"{NO_CA_ENV} {CURL} {server.url}/auth").stdout == "no-secret\n"
-    assert sh(sb, f"{NO_CA_ENV} wget -q -O - {server.url}/auth").stdout == "no-secret\n"
+    if not ROOTLESS:  # the rootless base has no wget; curl and Python read the system store there too
+        assert sh(sb, f"{NO_CA_ENV} wget -q -O - {server.url}/auth").stdout == "no-secret\n"
     fetch = f"import urllib.request; print(urllib.request.urlopen('{server.url}/auth', timeout=10).read().decode())"
     cleared = f"env -i HTTPS_PROXY=$HTTPS_PROXY python3 -c \"{fetch}\""  # nothing but the proxy
     assert sh(sb, cleared).stdout == "no-secret\n\n"
@@ -443,7 +459,7 @@ def test_the_proxy_ca_is_in_the_system_store_while_brokering_and_never_in_a_diff
 
 def test_without_brokering_the_system_store_is_the_base_s(plain: LocalSandbox) -> None:
     assert plain.exec(f"test -e {STORE_CRT}").exit_code == 1
-    host_digest = hashlib.sha256(Path(SYSTEM_BUNDLE).read_bytes()).hexdigest()
+    host_digest = hashlib.sha256((view_root() / SYSTEM_BUNDLE.lstrip("/")).read_bytes()).hexdigest()
     assert sh(plain, f"sha256sum < {SYSTEM_BUNDLE}").stdout.split()[0] == host_digest
 
 
@@ -452,7 +468,7 @@ def test_a_trust_store_the_sandbox_turned_into_a_symlink_is_not_followed_on_the_
     """The host edits a bundle the agent wrote before the sandbox starts; a /etc/ssl/certs that the
     agent pointed at a host path (absolute, so the host would resolve it against its own root) is
     left alone, and so is the host file it names."""
-    target = Path(tempfile.mkdtemp(prefix="hsb-trust-target-", dir="/srv"))
+    target = Path(tempfile.mkdtemp(prefix="hsb-trust-target-", dir="/tmp" if ROOTLESS else "/srv"))  # the user's
     try:
         (target / "ca-certificates.crt").write_text("host bundle\n")
         with new_sandbox(broker_backend, SandboxSpec(network="proxy")) as sb:

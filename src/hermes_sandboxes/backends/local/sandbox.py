@@ -229,8 +229,15 @@ class LocalSandbox(Sandbox):
         if self.spec.network != "proxy":
             return None
         backend = self._backend
-        return trust.prepare(upper=upper, lower=Path(lower), ca_dir=backend.home / "egress-ca",
-                             brokering=bool(backend.credentials))
+        entries = trust.prepare(upper=upper, lower=Path(lower), ca_dir=backend.home / "egress-ca",
+                                brokering=bool(backend.credentials))
+        if entries is None or not backend.rootless:
+            return entries
+        # the init makes this layer inside the user's namespace: the base's host ids, as ids inside
+        # (else /etc/ssl/certs there is a subordinate id's, which the user cannot write once copied up)
+        idmap = backend.rootless_map
+        return [(rel, kind, data, mode, *idmap.inner_ids(uid, gid), at, mt)
+                for rel, kind, data, mode, uid, gid, at, mt in entries]
 
     def _init_config(self, layer: Path, groups: cgroups.SandboxCgroups) -> dict[str, Any]:
         return {

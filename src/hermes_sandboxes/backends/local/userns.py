@@ -62,9 +62,21 @@ class IdMap:
     def outer_gid(self, inner: int) -> int | None:
         return _outer(self.gids, inner)
 
+    def inner_ids(self, uid: int, gid: int) -> tuple[int, int]:
+        """The ids inside for host ``uid`` and ``gid``; one the map lacks is kept (a host 0 in a
+        rootless map: root of the base, which is inner 0)."""
+        return _inner(self.uids, uid, uid), _inner(self.gids, gid, gid)
+
     def text(self, kind: str) -> str:
         lines = self.uids if kind == "uid" else self.gids
         return "".join(f"{i} {o} {c}\n" for i, o, c in lines)
+
+
+def _inner(lines: tuple[Line, ...], outer: int, unmapped: int) -> int:
+    for start, first, count in lines:
+        if first <= outer < first + count:
+            return start + outer - first
+    return unmapped
 
 
 def _outer(lines: tuple[Line, ...], inner: int) -> int | None:
