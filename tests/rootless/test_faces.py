@@ -1,5 +1,5 @@
 """The faces as a normal user (#19 point 7): Hermes's agent loop (``hermes chat -q`` with the
-scripted model), the CLI's demo, and the CLI's commands, all rootless."""
+scripted model), the CLI's demo, the CLI's commands, and the MCP server over stdio, all rootless."""
 
 from __future__ import annotations
 
@@ -51,3 +51,37 @@ def test_the_cli_and_its_warm_exec_server_work_as_a_normal_user(rootless_user: k
 
     servers = [pid for pid in rootless_user.processes() if b"cli.fastpath.server" in command_line(pid)]
     assert servers, "no warm exec server of the user's runs"
+
+
+def test_the_mcp_server_over_stdio_works_as_a_normal_user(rootless_user: kit.TestUser) -> None:
+    """``hermes-sandboxes mcp`` spawned by an MCP client (the official SDK's) as the user, with the
+    user's own defaults: create, exec, the automatic checkpoint of a destructive command, restore."""
+    from mcp import Client, StdioServerParameters
+
+    from tests.mcp.kit import call_ok, data, drive, text
+
+    cli = str(rootless_user.home / "venv" / "bin" / "hermes-sandboxes")
+    variables = [f"{k}={v}" for k, v in rootless_user.env().items()]
+    params = StdioServerParameters(command="runuser", args=["-u", rootless_user.name, "--", "env", "-i",
+                                                            *variables, cli, "mcp"], cwd=str(rootless_user.home))
+
+    async def scenario(client: Client) -> tuple[str, str, str, str]:
+        name = str((await call_ok(client, "sandbox_create", name="mcp-rootless"))["sandbox"])
+        inside = await call_ok(client, "exec", sandbox=name,
+                               command="id -u; head -1 /proc/self/uid_map; mkdir -p /root/p && echo keep > /root/p/f")
+        wiped = await client.call_tool("exec", {"sandbox": name, "command": "rm -rf /root/p"})
+        checkpoint = data(wiped)["checkpoint"]["id"]
+        assert checkpoint in text(wiped)
+        await call_ok(client, "checkpoint_restore", sandbox=name, checkpoint=checkpoint, confirm=True)
+        back = await call_ok(client, "file_read", sandbox=name, path="/root/p/f")
+        return name, json.dumps(inside), str(back["content"]), checkpoint
+
+    name, inside, content, checkpoint = drive(params, scenario)
+    try:
+        assert content == "keep\n"
+        assert f"0 {rootless_user.uid} 1" in " ".join(inside.split()), inside  # root inside is the user
+        listed = rootless_user.run([cli, "checkpoint", "list", name])  # the user's own store has it
+        assert listed.returncode == 0 and checkpoint in listed.stdout, listed.stdout + listed.stderr
+    finally:
+        gone = rootless_user.run([cli, "rm", "--yes", name])
+        assert gone.returncode == 0, gone.stderr
