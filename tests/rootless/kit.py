@@ -11,12 +11,14 @@ under /root (not reachable by anyone else), so its venv is made from Debian's py
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -42,40 +44,60 @@ class TestUser:
         return subprocess.run(["runuser", "-u", self.name, "--", "env", "-i", *variables, *argv], capture_output=True,
                               text=True, timeout=timeout, cwd=cwd or str(self.home), input=input)
 
+    def scenario(self, name: str) -> dict[str, Any]:
+        """``python -m tests.rootless.scenarios NAME`` as the user: the JSON it printed last."""
+        out = self.run([str(self.python), "-m", "tests.rootless.scenarios", name], cwd=str(REPO))
+        assert out.returncode == 0, out.stderr[-3000:]
+        result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        return result
+
     def processes(self) -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.stat(f"/proc/{entry}").st_uid == self.uid:
-                        found.append(int(entry))
-                except OSError:
-                    continue
-        return found
+        return processes_of(self.uid)
 
     def kill_all(self) -> None:
-        """Every process the user runs (its sandboxes' inits included), by pid."""
-        for _ in range(50):
-            pids = self.processes()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
+        kill_processes_of(self.uid)
 
 
-def create_user(name: str) -> TestUser:
-    """useradd, again while another helper's useradd or userdel holds /etc/passwd's lock."""
+def processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def kill_processes_of(uid: int) -> None:
+    """Every process the user runs (its sandboxes' inits included), by pid: all of them started by
+    this session, as that user."""
+    for _ in range(50):
+        pids = processes_of(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def create_user(name: str, home: Path | None = None) -> TestUser:
+    """useradd (its home made, or ``home``, which exists, given to it), again while another
+    helper's useradd or userdel holds /etc/passwd's lock. The one way the suite makes test users."""
+    where = ["--create-home"] if home is None else ["-M", "-d", str(home)]
     deadline = time.monotonic() + 60
     while True:
-        made = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True,
+        made = subprocess.run(["useradd", *where, "--shell", "/bin/bash", name], capture_output=True,
                               text=True, check=False)
         if made.returncode == 0:
             break
         assert "lock" in made.stderr and time.monotonic() < deadline, made.stderr
         time.sleep(0.2)
     user = TestUser(name)
+    if home is not None:
+        os.chown(home, user.uid, user.gid)
     user.home.chmod(0o700)
     return user
 

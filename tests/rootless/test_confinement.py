@@ -3,7 +3,6 @@ secrets under $HOME, files, /tmp and processes are out of a rootless sandbox's r
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -13,11 +12,7 @@ from tests.rootless import kit
 
 @pytest.fixture(scope="module")
 def seen(rootless_user: kit.TestUser) -> dict[str, Any]:
-    out = rootless_user.run([str(rootless_user.python), "-m", "tests.rootless.scenarios", "confinement"],
-                            cwd=str(kit.REPO))
-    assert out.returncode == 0, out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return rootless_user.scenario("confinement")
 
 
 def test_the_users_home_its_secrets_and_the_hosts_tmp_are_invisible(seen: dict[str, Any]) -> None:
@@ -49,11 +44,7 @@ def test_root_inside_is_the_user_and_its_subordinate_ids(rootless_user: kit.Test
 
 @pytest.fixture(scope="module")
 def escapes(rootless_user: kit.TestUser) -> dict[str, Any]:
-    out = rootless_user.run([str(rootless_user.python), "-m", "tests.rootless.scenarios", "escapes"],
-                            cwd=str(kit.REPO))
-    assert out.returncode == 0, out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return rootless_user.scenario("escapes")
 
 
 def test_every_system_call_the_filter_denies_is_denied_rootless_too(escapes: dict[str, Any]) -> None:

@@ -10,10 +10,7 @@ from tests.rootless import kit
 
 
 def test_hermes_chat_breaks_and_restores_a_sandbox_as_a_normal_user(rootless_user: kit.TestUser) -> None:
-    out = rootless_user.run([str(rootless_user.python), "-m", "tests.rootless.scenarios", "hermes"],
-                            cwd=str(kit.REPO))
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = rootless_user.scenario("hermes")
     made, broke, restored, after = seen["results"][:4]
     assert made["exit_code"] == 0 and made["output"].startswith("0\n") and "git version" in made["output"]
     assert broke["exit_code"] == 0

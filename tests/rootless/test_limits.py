@@ -5,7 +5,6 @@ The delegated cgroup v2 case runs in the QEMU guest (tests/guest/test_rootless_g
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -15,11 +14,7 @@ from tests.rootless import kit
 
 @pytest.fixture(scope="module")
 def seen(rootless_user: kit.TestUser) -> dict[str, Any]:
-    out = rootless_user.run([str(rootless_user.python), "-m", "tests.rootless.scenarios", "no_cgroup"],
-                            cwd=str(kit.REPO))
-    assert out.returncode == 0, out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return rootless_user.scenario("no_cgroup")
 
 
 def test_what_cannot_be_enforced_is_refused_in_one_line_and_not_declared(seen: dict[str, Any]) -> None:

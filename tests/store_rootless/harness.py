@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -16,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.rootless import kit
 
 REPO = Path(__file__).resolve().parents[2]
 # kind -> (mkfs argv, extra mount options); each made on a loop image the harness (root) mounts
@@ -60,19 +61,6 @@ class TestUser:
         return answer
 
 
-def _kill_processes_of(uid: int) -> None:
-    """What the test user still runs (a sandbox's init left by a failed test), by pid: all of it
-    was started by this session, as that user, and would keep its filesystem busy."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, StopIteration):
-            status = (entry / "status").read_text().splitlines()
-            real_uid = int(next(line for line in status if line.startswith("Uid:")).split()[1])
-            if real_uid == uid:
-                os.kill(int(entry.name), signal.SIGKILL)
-
-
 def _remove_orphans(prefix: str) -> None:
     """Users ``<prefix>-<pid>`` of runs that were killed before their clean-up (their pid is gone)."""
     for line in Path("/etc/passwd").read_text().splitlines():
@@ -80,21 +68,9 @@ def _remove_orphans(prefix: str) -> None:
         pid = name.removeprefix(f"{prefix}-")
         if name.startswith(f"{prefix}-") and pid.isdigit() and not Path(f"/proc/{pid}").exists():
             home = rest.split(":")[4] if rest.count(":") >= 4 else ""
-            _remove_user(name)
+            kit.remove_user(name)
             if home.startswith(f"/tmp/{name}-home-"):
                 _remove_as_root(Path(home))
-
-
-def _remove_user(name: str) -> None:
-    with contextlib.suppress(KeyError):
-        _kill_processes_of(pwd.getpwnam(name).pw_uid)
-    subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
-    for path in ("/etc/subuid", "/etc/subgid"):  # userdel removes them; make sure of it
-        with contextlib.suppress(OSError):
-            lines = Path(path).read_text().splitlines(keepends=True)
-            kept = [line for line in lines if not line.startswith(f"{name}:")]
-            if kept != lines:
-                Path(path).write_text("".join(kept))
 
 
 @contextlib.contextmanager
@@ -106,15 +82,12 @@ def unprivileged_user(prefix: str = "hs-rootstore") -> Iterator[TestUser]:
     name = f"{prefix}-{os.getpid()}"
     home = Path(tempfile.mkdtemp(prefix=f"{name}-home-", dir="/tmp"))
     try:
-        subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/bash", name], check=True,
-                       capture_output=True)
-        entry = pwd.getpwnam(name)
-        os.chown(home, entry.pw_uid, entry.pw_gid)
+        made = kit.create_user(name, home)
         assert any(line.startswith(f"{name}:") for line in Path("/etc/subuid").read_text().splitlines()), \
             "useradd gave the test user no /etc/subuid block"
-        yield TestUser(name, entry.pw_uid, entry.pw_gid, home)
+        yield TestUser(name, made.uid, made.gid, home)
     finally:
-        _remove_user(name)
+        kit.remove_user(name)
         _remove_as_root(home)
 
 
@@ -140,7 +113,7 @@ def user_filesystem(kind: str, user: TestUser, size: str = "1G") -> Iterator[Pat
         os.chmod(scratch, 0o755)
         yield mountpoint
     finally:
-        _kill_processes_of(user.uid)  # a sandbox a failed scenario left running would hold the mount
+        kit.kill_processes_of(user.uid)  # a sandbox a failed scenario left running would hold the mount
         # mount -o loop made an auto-clearing loop device: it goes with the unmount
         if mounted and subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mountpoint)], check=False)
