@@ -18,9 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -34,6 +34,7 @@ from tests.cli.cli_kit import CLI, as_json, ok
 from tests.interrupts import interruptible
 
 home, box = cli_kit.home, cli_kit.box
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -64,11 +65,19 @@ def comparable(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("ts", "id", "duration_s")}
 
 
-def poll(predicate: Any, what: str, timeout: float = 60) -> None:
+def poll(predicate: Callable[[], T], what: str, timeout: float = 60) -> T:
+    """Wait until ``predicate`` returns something true, and return what it returned: the state the
+    poll saw, which a second read could find gone (a spare worker leaves with an idle server)."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (seen := predicate()):
         assert time.monotonic() < deadline, f"never saw {what}"
         time.sleep(0.02)
+    return seen
+
+
+def exactly_one(pids: list[int]) -> list[int]:
+    """``pids`` if it holds one pid, else nothing (to poll for one and keep it)."""
+    return pids if len(pids) == 1 else []
 
 
 # -- the same as in-process ------------------------------------------------------------------------
@@ -458,24 +467,39 @@ def test_a_spare_worker_waits_ahead_and_a_killed_one_is_replaced(
         home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
     ok(home, "config")  # the full CLI validates the settings and caches them for the fast path
     server = warm_kit.start(rt)
-    poll(lambda: len(warm_kit.children_of(server)) == 1, "a spare worker")
-    [spare] = warm_kit.children_of(server)
+    [spare] = poll(lambda: exactly_one(warm_kit.children_of(server)), "a spare worker")
     code, out, _, _ = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
     assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box)) == [spare]  # it served the call
-    poll(lambda: len(warm_kit.children_of(server)) == 1 and warm_kit.children_of(server) != [spare],
-         "the next spare")
-    [spare] = warm_kit.children_of(server)
+    [spare] = poll(lambda: [pid for pid in exactly_one(warm_kit.children_of(server)) if pid != spare],
+                   "the next spare")
     os.kill(spare, signal.SIGKILL)
     code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
     assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] not in (pid, spare)
     poll(lambda: not warm_kit.zombies_of(server) and len(warm_kit.children_of(server)) == 1, "a new spare")
 
 
-def test_an_idle_server_exits_and_removes_its_socket(rt: dict[str, str]) -> None:
-    env = {**rt, "HERMES_SANDBOXES_WARM_IDLE_S": "0.5"}
+def test_an_idle_server_exits_and_removes_its_socket(home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+    """Half a second after its last worker ended, the server exits, its spare worker with it. A call
+    in progress holds it meanwhile (it never idles out with a worker), so the spare it forks ahead is
+    found at leisure, whatever the load: no race against the idle timer."""
+    env = {**rt, IDLE_VAR: "0.5"}
+    ok(home, "config")  # the full CLI validates the settings and caches them for the fast path
     server = warm_kit.start(env)
-    poll(lambda: len(warm_kit.children_of(server)) == 1, "a spare worker")
-    [spare] = warm_kit.children_of(server)
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; read line; echo done-$line"), env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        [worker] = warm_kit.owners(journal(box))
+        assert worker in warm_kit.children_of(server)  # served warm: the server cannot idle out now
+        [spare] = poll(lambda: exactly_one([pid for pid in warm_kit.children_of(server) if pid != worker]),
+                       "a spare worker")
+        assert warm_kit.is_server(server)
+        out, err = proc.communicate(b"go\n", timeout=60)
+        assert (proc.returncode, out) == (0, b"done-go\n"), err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     warm_kit.wait_gone(server)
     poll(lambda: not warm_kit.alive(spare), "the spare leaving with its server")
     assert not list(warm_kit.runtime_dir(env).glob("*.sock")) and not list(warm_kit.runtime_dir(env).glob("*.pid"))
@@ -621,8 +645,7 @@ def test_a_sandbox_started_warm_is_forked_from_the_servers_fork_server_which_lea
         home: Path, rt: dict[str, str]) -> None:
     ok(home, "config")  # the full CLI validates the settings and caches them for the fast path
     server = warm_kit.start(rt)
-    poll(lambda: len(warm_kit.fork_servers_of(server)) == 1, "the server's fork server, started ahead")
-    [forks] = warm_kit.fork_servers_of(server)
+    [forks] = poll(lambda: exactly_one(warm_kit.fork_servers_of(server)), "the server's fork server, started ahead")
     assert call(cli(home, "create", "hs-finisher-fs"), rt)[0] == 0
     # the caller's umask reaches the init (so its commands) as in-process, not the server's 077
     argv = [str(arg) for arg in cli(home, "exec", "hs-finisher-fs", "--", "umask")]
@@ -652,8 +675,8 @@ def test_the_servers_fork_server_ends_with_the_server_however_it_ends(
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
-        poll(lambda: len(warm_kit.fork_servers_of(server)) == 1, "the server's fork server, started ahead")
-        [forks] = warm_kit.fork_servers_of(server)
+        [forks] = poll(lambda: exactly_one(warm_kit.fork_servers_of(server)),
+                       "the server's fork server, started ahead")
         [worker] = warm_kit.owners(journal(box))  # (the server's children include a spare worker, forked ahead)
         if end == "idle timeout":
             out, err = proc.communicate(b"go\n", timeout=60)
