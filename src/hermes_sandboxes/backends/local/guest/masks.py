@@ -115,37 +115,52 @@ def register_store(home: Path) -> bool:
 
 
 def registered_stores() -> list[str]:
-    """Homes of every registered store that still exists (entries of removed homes are dropped)."""
+    """Homes of every registered store that still exists (entries of removed homes are dropped).
+    Read with os calls, not pathlib or glob: every launcher (a fresh fork) lists them per start."""
     homes = []
+    registry = str(STORE_REGISTRY)
     try:
-        entries = list(STORE_REGISTRY.iterdir())
+        names = os.listdir(registry)
     except FileNotFoundError:
         return []
-    for entry in entries:
-        if entry.name.startswith("."):
+    for name in names:
+        if name.startswith("."):
             continue
+        entry = f"{registry}/{name}"
         try:
-            home = entry.read_text()
+            with open(entry, encoding="utf-8", errors="surrogateescape") as f:
+                home = f.read()
         except OSError:
             continue
         if os.path.isdir(home):
             homes.append(home)
         else:
-            entry.unlink(missing_ok=True)
+            try:  # noqa: SIM105 - contextlib would cost the fork server start-up time
+                os.unlink(entry)
+            except FileNotFoundError:
+                pass
     return sorted(homes)
 
 
 def loop_backing_files() -> list[str]:
     """Files that back a loop device (store images among them), as the host names them."""
     files = []
-    for backing in _LOOP_DEVICES.glob("loop*/loop/backing_file"):
+    devices = str(_LOOP_DEVICES)
+    try:
+        names = os.listdir(devices)
+    except OSError:
+        return []
+    for name in names:
+        if not name.startswith("loop"):
+            continue
         try:
-            name = backing.read_text().strip()
+            with open(f"{devices}/{name}/loop/backing_file", "rb") as f:
+                backing = f.read().decode(errors="surrogateescape").strip()
         except OSError:
             continue
-        if name.endswith(" (deleted)"):
+        if backing.endswith(" (deleted)"):
             continue
-        files.append(name)
+        files.append(backing)
     return sorted(set(files))
 
 
