@@ -49,6 +49,7 @@ class World:
     backend: LocalBackend  # a copy-store backend whose home is on the visible root filesystem
     root_marker: Path
     home_dir: Path
+    ssh_key: Path
     hermes_home: Path
     user_mask_dir: Path
     user_mask_file: Path
@@ -74,11 +75,19 @@ def world() -> Iterator[World]:
         root_marker = (Path.home() if ROOTLESS else Path("/root")) / f"hsl-marker-{token}"
         root_marker.write_text("host root's secret\n")
         made.append(root_marker)
+        # rootless, the user's own home, shared with the tests before this one (a ~/.ssh may be there
+        # already): a key of this run's own name in it, removed afterwards, and ~/.ssh if made here
         home_dir = Path.home() if ROOTLESS else Path(f"/home/hsl-{token}")
-        home_dir.mkdir(exist_ok=ROOTLESS)
-        (home_dir / ".ssh").mkdir()
-        made.append(home_dir / ".ssh" if ROOTLESS else home_dir)
-        (home_dir / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+        if not ROOTLESS:
+            home_dir.mkdir()
+            made.append(home_dir)
+        ssh_dir = home_dir / ".ssh"
+        if not ssh_dir.exists():
+            ssh_dir.mkdir(mode=0o700)
+            made.append(ssh_dir)
+        ssh_key = ssh_dir / f"id_ed25519-hsl-{token}"
+        ssh_key.write_text(f"PRIVATE KEY {token}\n")
+        made.append(ssh_key)
         mkd = visible_dir
 
         hermes_home = Path(tempfile.mkdtemp(prefix="hsl-hh-", dir=Path.home())) if ROOTLESS else mkd("hh")
@@ -112,7 +121,7 @@ def world() -> Iterator[World]:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-            yield World(sb, backend, root_marker, home_dir, hermes_home, user_mask_dir, user_mask_file,
+            yield World(sb, backend, root_marker, home_dir, ssh_key, hermes_home, user_mask_dir, user_mask_file,
                         user_mask_sibling, backend_mask_dir, secret_value, host_sleep_arg)
     finally:
         for key, value in env_before.items():
@@ -142,10 +151,12 @@ def test_the_host_root_home_is_empty_inside(world: World) -> None:
 
 
 def test_home_directories_and_their_ssh_keys_are_invisible(world: World) -> None:
-    result = world.sb.exec(f"ls -A /home; cat {world.home_dir}/.ssh/id_ed25519")
+    key = world.ssh_key
+    assert key.read_text().startswith("PRIVATE KEY ")  # planted on the host, readable there
+    result = world.sb.exec(f"ls -A /home; ls -A {key.parent} 2>/dev/null; cat {key}")
     assert result.stdout.strip() == ""
-    assert "PRIVATE KEY" not in result.stdout
-    assert result.exit_code != 0
+    assert key.read_text().strip() not in result.stdout
+    assert result.exit_code != 0  # cat found nothing
 
 
 def test_etc_shadow_keeps_its_users_but_no_password_hash(world: World) -> None:

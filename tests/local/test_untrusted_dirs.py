@@ -1,7 +1,7 @@
 """A store home or state directory that another local user controls is refused (issue 24, finding 8).
 
-The attacker is a real local user (``hs-sec-*``, made with useradd for the test and removed after,
-even when it fails): they make the directory root is about to use, with a ``store.tmp`` linked to a
+The attacker is a real local user (``hs-sec-*``, made by tests/rootless/kit.create_user for the test
+and removed after, even when it fails): they make the directory root is about to use, with a ``store.tmp`` linked to a
 root-owned file, which root then truncated to 64 GiB and formatted as the store image.
 """
 
@@ -22,6 +22,7 @@ from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.recorder.state import HostState
 from tests.conftest import teardown_backend
 from tests.local.kit import fresh_name
+from tests.rootless import kit
 
 SCRIPT = Path(sys.executable).parent / "hermes-sandboxes"
 
@@ -29,12 +30,12 @@ SCRIPT = Path(sys.executable).parent / "hermes-sandboxes"
 @pytest.fixture
 def attacker() -> Iterator[str]:
     name = f"hs-sec-{os.getpid() % 100000}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
-                   capture_output=True)
+    kit.remove_user(name)  # a run killed before its teardown, with this pid
     try:
+        kit.create_user(name)  # useradd again while another copy's useradd or userdel holds the lock
         yield name
     finally:
-        subprocess.run(["userdel", "--force", name], check=False, capture_output=True)
+        kit.remove_user(name)
         assert subprocess.run(["id", name], capture_output=True).returncode != 0, f"user {name} still there"
 
 

@@ -27,11 +27,19 @@ def confinement() -> dict[str, Any]:
     token = secrets.token_hex(16)
     planted = {home / ".ssh" / "id_ed25519": token, home / ".aws" / "credentials": token,
                home / ".config" / "hermes" / ".env": f"OPENAI_API_KEY={token}"}
+    made: list[Path] = []  # what this scenario adds to the home, which the later tests share: removed after
+    clobbered = [str(path) for path in planted if path.exists()]
+    assert not clobbered, f"another test left {clobbered}, which this one would overwrite"
     for path, text in planted.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in reversed(path.parents):
+            if parent.is_relative_to(home) and not parent.exists():
+                parent.mkdir()
+                made.append(parent)
         path.write_text(text)
-    owned = home / "notes.txt"
+        made.append(path)
+    owned = home / f"notes-{token}.txt"
     owned.write_text("mine\n")
+    made.append(owned)
     host_tmp = Path(tempfile.mkstemp(prefix="hrl-host-", dir="/tmp")[1])
     host_tmp.write_text(token)
     other = subprocess.Popen(["sleep", "600"])
@@ -60,6 +68,11 @@ def confinement() -> dict[str, Any]:
         other.kill()
         other.wait()
         host_tmp.unlink()
+        for path in reversed(made):
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink()
     seen.update(token=token, home=str(home), pid=other.pid)
     return seen
 
@@ -105,10 +118,12 @@ def no_cgroup() -> dict[str, Any]:
     sb = backend.create("plain", SandboxSpec(limits=Limits(pids=200)))
     try:
         seen["nproc"] = sb.exec("ulimit -u").stdout.strip()
-        sb.exec("sleep 600 >/dev/null 2>&1 &")
-        sleeper = sb.exec("pgrep -x sleep").stdout.split()
+        # the shell prints the background child's pid ($!) as it forks it; the shell has exited when
+        # exec returns, but the child may not have exec'd sleep yet: wait for that (its comm), not a time
+        inner = int(sb.exec("sleep 600 >/dev/null 2>&1 & echo $!").stdout)
         groups = cgroups.from_state(sb._runtime()["cgroups"])  # type: ignore[index]
-        host_pid = _host_pid(sb, int(sleeper[0]))
+        host_pid = _host_pid(sb, inner)
+        _wait(lambda: Path(f"/proc/{host_pid}/comm").read_text() == "sleep\n")
         with groups.frozen():
             seen["frozen_state"] = _state(host_pid)
             seen["marked"] = groups.is_frozen()

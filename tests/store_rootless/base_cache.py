@@ -7,6 +7,7 @@ first sandbox does after mmdebstrap) is each test's own, as the test user.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -17,10 +18,16 @@ CACHE = Path(__file__).resolve().parents[2] / "build" / "rootless-base"
 
 
 def cached_tarball() -> Path:
+    """The tarball, built once: copies of the suite (or of setup.sh) that start together wait for
+    the first one's build (a lock next to it) instead of each fetching its own."""
     target = CACHE / f"{baseimage.name()}.tar"
     if not target.exists():
-        print(f"building the rootless base's tarball for the tests: {target}", file=sys.stderr)
-        baseimage.build_tarball(target, lambda line: print(line, file=sys.stderr, flush=True))
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with open(CACHE / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not target.exists():  # (built by another process meanwhile)
+                print(f"building the rootless base's tarball for the tests: {target}", file=sys.stderr)
+                baseimage.build_tarball(target, lambda line: print(line, file=sys.stderr, flush=True))
     os.chmod(target, 0o644)  # the test user unpacks it
     return target
 
