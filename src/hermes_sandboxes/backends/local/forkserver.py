@@ -85,12 +85,15 @@ def _launcher(control: socket.socket, fd: int) -> None:
                 first = _message(messages)
                 if "umask" in first:  # the caller's, not this server's (the warm server's is 077)
                     os.umask(first["umask"])
+                maker = _namespace_maker(first.get("userns"))  # its child works while we join
                 init.join_groups(first)
-                ns_fd = _user_namespace(first.get("userns"))
+                ns_fd = _user_namespace(first.get("userns"), maker)
                 init.make_namespaces(first)
                 for resource_id, limit in first.get("rlimits", {}).items():
                     resource.setrlimit(resource_id, (limit, limit))
                 hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
+                if maker is not None:
+                    maker.reap()  # let go in take(): it has exited meanwhile
                 cfg = {**_message(messages), "hide": hide, "masks": first.get("masks", ()),
                        "userns": first.get("userns"), "userns_fd": ns_fd}
                 answer = f"pid {init.launch(cfg, fd)}\n".encode()
@@ -101,20 +104,36 @@ def _launcher(control: socket.socket, fd: int) -> None:
         os._exit(0)
 
 
-def _user_namespace(spec: dict[str, Any] | None) -> int | None:
+def _namespace_maker(spec: dict[str, Any] | None) -> userns.NamespaceMaker | None:
+    """Root mode: the sandbox's user namespace, started (see userns.NamespaceMaker); else None."""
+    if not spec or spec["mode"] != "root":
+        return None
+    try:
+        return userns.NamespaceMaker(_idmap(spec))
+    except OSError as exc:  # no fork: the old way, said in the log
+        spec["refused"] = str(exc)
+        return None
+
+
+def _user_namespace(spec: dict[str, Any] | None, maker: userns.NamespaceMaker | None) -> int | None:
     """Root mode: a descriptor of the sandbox's user namespace (the init enters it once set up).
     Rootless: this launcher enters a new one now, so every namespace it makes next is owned by it."""
     if not spec:
         return None
-    idmap = userns.IdMap(tuple(tuple(line) for line in spec["uids"]), tuple(tuple(line) for line in spec["gids"]))
     if spec["mode"] == "root":
+        if maker is None:
+            return None
         try:
-            return userns.owned_namespace(idmap)
+            return maker.take()
         except OSError as exc:  # a chroot (the test guest's), a namespace limit: the old way, said in the log
             spec["refused"] = str(exc)
             return None
-    userns.enter_new(idmap)
+    userns.enter_new(_idmap(spec))
     return None
+
+
+def _idmap(spec: dict[str, Any]) -> userns.IdMap:
+    return userns.IdMap(tuple(tuple(line) for line in spec["uids"]), tuple(tuple(line) for line in spec["gids"]))
 
 
 def _message(messages: BinaryIO) -> dict[str, Any]:

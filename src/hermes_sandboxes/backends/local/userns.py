@@ -289,39 +289,70 @@ def _fail_text(fd: int) -> str:
 def owned_namespace(idmap: IdMap) -> int:
     """Root mode: a new user namespace owned by the sandbox's root's host id (so the kernel's
     per-user counters of everything inside count against that id at every level, never against
-    host root) and mapped as ``idmap``; returns a descriptor of it. A child makes it and waits
-    while this process maps it; the descriptor keeps it alive after the child exits."""
-    outer_uid, outer_gid = idmap.outer_uid(0), idmap.outer_gid(0)
-    assert outer_uid is not None and outer_gid is not None
-    made_r, made_w = os.pipe()
-    done_r, done_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(made_r)
-            os.close(done_w)
-            os.setgroups([])
-            os.setresgid(outer_gid, outer_gid, outer_gid)
-            os.setresuid(outer_uid, outer_uid, outer_uid)
-            sc.unshare(sc.CLONE_NEWUSER)
-            os.write(made_w, b"u")
-            os.read(done_r, 1)
-        except BaseException as exc:
-            os.write(made_w, f"!{exc}".encode())
-        finally:
-            os._exit(0)
-    os.close(made_w)
-    os.close(done_r)
+    host root) and mapped as ``idmap``; returns a descriptor of it (see NamespaceMaker)."""
+    maker = NamespaceMaker(idmap)
     try:
-        said = os.read(made_r, 1)
-        if said != b"u":
-            raise OSError(f"cannot make the sandbox's user namespace: {_fail_text(made_r)}")
-        write_maps(pid, idmap)
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        return maker.take()
     finally:
-        os.close(made_r)
-        os.close(done_w)
-        os.waitpid(pid, 0)
+        maker.reap()
+
+
+class NamespaceMaker:
+    """Root mode's user namespace being made: a child takes the sandbox's root's host ids and makes
+    it, then waits while this process maps it (take()); the descriptor keeps it alive after the
+    child exits. Started ahead: the child's set-up runs while the launcher joins the sandbox's
+    cgroups (a migration waits for the kernel), so a start no longer waits for it in turn."""
+
+    def __init__(self, idmap: IdMap) -> None:
+        self.idmap = idmap
+        outer_uid, outer_gid = idmap.outer_uid(0), idmap.outer_gid(0)
+        assert outer_uid is not None and outer_gid is not None
+        self._made_r, made_w = os.pipe()
+        done_r, self._done_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(self._made_r)
+                os.close(self._done_w)
+                os.setgroups([])
+                os.setresgid(outer_gid, outer_gid, outer_gid)
+                os.setresuid(outer_uid, outer_uid, outer_uid)
+                sc.unshare(sc.CLONE_NEWUSER)
+                os.write(made_w, b"u")
+                os.read(done_r, 1)
+            except BaseException as exc:
+                os.write(made_w, f"!{exc}".encode())
+            finally:
+                os._exit(0)
+        self.pid: int | None = pid
+        os.close(made_w)
+        os.close(done_r)
+
+    def take(self) -> int:
+        """Map the child's namespace and return a descriptor of it; the child is let go (OSError
+        if it could not make one, or a map is refused)."""
+        try:
+            said = os.read(self._made_r, 1)
+            if said != b"u":
+                raise OSError(f"cannot make the sandbox's user namespace: {_fail_text(self._made_r)}")
+            assert self.pid is not None
+            write_maps(self.pid, self.idmap)
+            return os.open(f"/proc/{self.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for fd in (self._made_r, self._done_w):
+            if fd >= 0:
+                os.close(fd)
+        self._made_r = self._done_w = -1
+
+    def reap(self) -> None:
+        """Wait for the child (it exits once let go; by the time a launcher calls this, it has)."""
+        self._release()
+        if self.pid is not None:
+            os.waitpid(self.pid, 0)
+            self.pid = None
 
 
 def enter_new(idmap: IdMap) -> None:
