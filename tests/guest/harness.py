@@ -9,6 +9,7 @@ guest runs this very checkout and virtualenv, unchanged.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shlex
@@ -39,9 +40,14 @@ class GuestRun:
 
 
 def build() -> None:
-    """Build (or reuse) the kernel and initramfs under build/guest."""
-    done = subprocess.run(["bash", str(Path(__file__).with_name("build.sh"))], capture_output=True, text=True,
-                          timeout=600, check=False)
+    """Build (or reuse) the kernel and initramfs under build/guest: one build at a time (a lock
+    there), so a copy of the suite that starts meanwhile waits for it and reuses it, rather than
+    removing the kernel another copy's build is writing."""
+    GUEST_DIR.mkdir(parents=True, exist_ok=True)
+    with open(GUEST_DIR / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(["bash", str(Path(__file__).with_name("build.sh"))], capture_output=True, text=True,
+                              timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the guest failed:\n{done.stdout}\n{done.stderr}")
 

@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "hermes-sandboxes"
 
 @pytest.fixture
 def attacker() -> Iterator[str]:
-    name = f"hs-sec-{os.getpid() % 100000}"
+    name = f"hs-sec-{os.getpid()}"  # (the whole pid: another copy of the suite runs its own)
     kit.remove_user(name)  # a run killed before its teardown, with this pid
     try:
         kit.create_user(name)  # useradd again while another copy's useradd or userdel holds the lock
