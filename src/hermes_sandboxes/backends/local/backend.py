@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import os
 import resource
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -121,6 +122,7 @@ class LocalBackend(Backend):
         self._store: Store | None = None
         self._cgroups_ok: bool | None = None
         self._rootless_map: userns.IdMap | None = None
+        self._trusted_state: tuple[Path, tuple[int, ...]] | None = None  # host_state_dir's last check
 
     @property
     def key(self) -> str:
@@ -143,7 +145,13 @@ class LocalBackend(Backend):
             return self._audit_path(self.key).parent
         from hermes_sandboxes.recorder.state import HostState
 
-        return HostState().trusted()
+        state = HostState()
+        if self._trusted_state is not None and self._trusted_state == (state.root, _dir_identity(state.root)):
+            return state.root  # the directory checked last time, still there as it was (one lstat per start)
+        trusted = state.trusted()
+        identity = _dir_identity(trusted)
+        self._trusted_state = (trusted, identity) if identity is not None else None
+        return trusted
 
     # environment -------------------------------------------------------------------------------
     def unavailable_reason(self) -> str | None:
@@ -606,3 +614,15 @@ def _btrfs_possible() -> bool:
     except OSError:
         return False
     return Path(f"/lib/modules/{os.uname().release}").exists()  # loadable as a module
+
+
+def _dir_identity(path: Path) -> tuple[int, ...] | None:
+    """What tells a directory checked before from one put in its place or changed since: device,
+    inode, owner and mode of ``path`` itself (not followed); None unless it is a directory."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_uid, st.st_gid, st.st_mode)

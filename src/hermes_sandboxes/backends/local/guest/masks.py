@@ -184,8 +184,10 @@ def mask_paths(store_home: Path, extra: Iterable[str]) -> list[str]:
 
 
 def apply_masks(upper: Path, lower: Path, paths: Iterable[str]) -> None:
-    """Make ``paths`` (present in ``lower``) opaque or whited-out in ``upper``. Idempotent."""
+    """Make ``paths`` (present in ``lower``) opaque or whited-out in ``upper``. Idempotent. It runs
+    on every start, so past the matching it works on path strings (pathlib cost most of its time)."""
     prefix = str(lower).rstrip("/")
+    up = str(upper).rstrip("/")
     hidden: list[str] = []
     for pattern in paths:
         full = prefix + "/" + pattern.lstrip("/")
@@ -195,21 +197,23 @@ def apply_masks(upper: Path, lower: Path, paths: Iterable[str]) -> None:
             for target in mask_targets(prefix or "/", named):
                 if any(target == h or target.startswith(h + "/") for h in hidden):
                     continue  # already inside a masked directory: creating it there would reveal its name
-                rel = Path(target.lstrip("/"))
+                rel = target.lstrip("/")
                 try:
-                    st = (lower / rel).lstat()
+                    st = os.lstat(f"{prefix}/{rel}")
                 except (FileNotFoundError, NotADirectoryError):
                     continue
                 if stat.S_ISDIR(st.st_mode):
-                    _make_opaque(upper, lower, rel)
+                    _make_opaque(up, prefix, rel)
                     hidden.append(target)
                 else:
-                    _whiteout(upper, lower, rel)
+                    _whiteout(up, prefix, rel)
     for name in SCRUBBED_FILES:
-        _scrub_shadow(upper, lower, Path(name.lstrip("/")))
+        _scrub_shadow(up, prefix, name.lstrip("/"))
 
 
-def _parents_are_real_dirs(upper: Path, rel: Path) -> bool:
+# The helpers below take ``upper`` and ``lower`` as path strings without a trailing slash ("" for
+# the host's /) and ``rel`` as a normalised relative path ("etc/ssh/key").
+def _parents_are_real_dirs(upper: str, rel: str) -> bool:
     """Whether every parent of ``rel`` that exists in ``upper`` is a real directory.
 
     The upper layer belongs to the sandbox, and this code runs on the host as root: a parent the
@@ -219,8 +223,8 @@ def _parents_are_real_dirs(upper: Path, rel: Path) -> bool:
     while masks are applied (its init is stopped), so the answer cannot change under us.
     """
     path = upper
-    for part in rel.parts[:-1]:
-        path = path / part
+    for part in rel.split("/")[:-1]:
+        path = f"{path}/{part}"
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -230,32 +234,32 @@ def _parents_are_real_dirs(upper: Path, rel: Path) -> bool:
     return True
 
 
-def _copy_parents(upper: Path, lower: Path, rel: Path) -> None:
+def _copy_parents(upper: str, lower: str, rel: str) -> None:
     """Create the parent directories of ``rel`` in upper with the lower's mode, owner and times,
     so the merged view of those directories does not change."""
-    parts = rel.parts[:-1]
+    parts = rel.split("/")[:-1]
     for depth in range(1, len(parts) + 1):
-        sub = Path(*parts[:depth])
-        target = upper / sub
-        if target.is_dir():
+        sub = "/".join(parts[:depth])
+        target = f"{upper}/{sub}"
+        if os.path.isdir(target):
             continue
-        st = (lower / sub).stat()
-        target.mkdir()
+        st = os.stat(f"{lower}/{sub}")
+        os.mkdir(target)
         os.chown(target, st.st_uid, st.st_gid)
         os.chmod(target, stat.S_IMODE(st.st_mode))
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def _make_opaque(upper: Path, lower: Path, rel: Path) -> None:
-    target = upper / rel
+def _make_opaque(upper: str, lower: str, rel: str) -> None:
+    target = f"{upper}/{rel}"
     if not _parents_are_real_dirs(upper, rel):
         return
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
+    if os.path.islink(target) or (os.path.exists(target) and not os.path.isdir(target)):
         return  # the sandbox replaced it with something of its own: already hides the host's
-    if not target.exists():
+    if not os.path.exists(target):
         _copy_parents(upper, lower, rel)
-        st = (lower / rel).stat()
-        target.mkdir()
+        st = os.stat(f"{lower}/{rel}")
+        os.mkdir(target)
         os.chown(target, st.st_uid, st.st_gid)
         os.chmod(target, stat.S_IMODE(st.st_mode))
     try:
@@ -266,26 +270,29 @@ def _make_opaque(upper: Path, lower: Path, rel: Path) -> None:
     os.setxattr(target, OPAQUE_XATTR, b"y", follow_symlinks=False)
 
 
-def _whiteout(upper: Path, lower: Path, rel: Path) -> None:
-    target = upper / rel
+def _whiteout(upper: str, lower: str, rel: str) -> None:
+    target = f"{upper}/{rel}"
     if not _parents_are_real_dirs(upper, rel) or os.path.lexists(target):
         return
     _copy_parents(upper, lower, rel)
     os.mknod(target, stat.S_IFCHR | 0o000, os.makedev(0, 0))
 
 
-def _scrub_shadow(upper: Path, lower: Path, rel: Path) -> None:
-    source, target = lower / rel, upper / rel
-    if not _parents_are_real_dirs(upper, rel) or os.path.lexists(target) or not source.is_file():
+def _scrub_shadow(upper: str, lower: str, rel: str) -> None:
+    source, target = f"{lower}/{rel}", f"{upper}/{rel}"
+    if not _parents_are_real_dirs(upper, rel) or os.path.lexists(target) or not os.path.isfile(source):
         return
     lines = []
-    for line in source.read_text(errors="replace").splitlines():
+    with open(source, errors="replace") as f:
+        text = f.read()
+    for line in text.splitlines():
         fields = line.split(":")
         if len(fields) > 1 and fields[1] not in ("", "*", "!", "!!", "x"):
             fields[1] = "*"
         lines.append(":".join(fields))
     _copy_parents(upper, lower, rel)
-    st = source.stat()
-    target.write_text("\n".join(lines) + "\n")
+    st = os.stat(source)
+    with open(target, "w") as f:
+        f.write("\n".join(lines) + "\n")
     os.chown(target, st.st_uid, st.st_gid)
     os.chmod(target, stat.S_IMODE(st.st_mode))
