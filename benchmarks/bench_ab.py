@@ -6,8 +6,8 @@ Run (root): python benchmarks/bench_ab.py --a OLD/src [--b NEW/src] [--samples N
 Each tree runs in a worker process of its own (PYTHONPATH=tree, the same interpreter), with a store
 of its own under one temporary directory; the driver asks for one sample of each operation from A
 then B, the order alternating per sample, so the machine's load (other engineers' tests) falls on
-both alike. Prints the medians, B/A ratios and the load average, and writes a JSON row to
-benchmarks/results/ab.json (or --out).
+both alike. Prints the medians (wall, and the worker's own CPU time: steadier under load), the
+B/A ratios and the load average, and writes a JSON row to benchmarks/results/ab.json (or --out).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "ab.json"
 OPERATIONS = ("restore", "first_exec", "exec", "checkpoint", "create_exec_destroy")
+# with each wall time, the worker's own CPU time (time.process_time: steadier than wall under load)
+MEASURES = tuple(m for op in OPERATIONS for m in (op, f"{op}_host_cpu"))
 
 # The worker: one sandbox with a layer of `size` bytes, a checkpoint to restore to; then, for each
 # operation name read on stdin, one timed sample (seconds) on stdout. Written against the API both
@@ -39,6 +41,7 @@ backend = LocalBackend(home)
 sb = backend.create("ab")
 made = [0]
 taken = []
+cpus = []
 try:
     sb.exec(["sh", "-c", f"head -c {size} /dev/urandom > /root/layer"])
     target = sb.checkpoint("ab target").id
@@ -58,25 +61,30 @@ try:
         taken.append(sb.checkpoint("ab").id)
 
     def timed(fn):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         fn()
+        cpus.append(time.process_time() - cpu)  # this process's CPU (not the launcher's or the init's)
         return time.perf_counter() - started
 
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:
         op = line.strip()
+        cpus.clear()
         if op == "restore":
             took = timed(lambda: sb.restore(target))
             first = timed(lambda: sb.exec(["true"]))
-            print(json.dumps({"restore": took, "first_exec": first}), flush=True)
+            print(json.dumps({"restore": took, "first_exec": first,
+                              "restore_host_cpu": cpus[0], "first_exec_host_cpu": cpus[1]}), flush=True)
         elif op == "exec":
-            print(json.dumps({"exec": timed(lambda: sb.exec(["true"]))}), flush=True)
+            took = timed(lambda: sb.exec(["true"]))
+            print(json.dumps({"exec": took, "exec_host_cpu": cpus[0]}), flush=True)
         elif op == "checkpoint":
             took = timed(checkpoint)
             sb.delete_checkpoint(taken.pop())  # untimed: the store holds one checkpoint between samples
-            print(json.dumps({"checkpoint": took}), flush=True)
+            print(json.dumps({"checkpoint": took, "checkpoint_host_cpu": cpus[0]}), flush=True)
         elif op == "create_exec_destroy":
-            print(json.dumps({"create_exec_destroy": timed(create_exec_destroy)}), flush=True)
+            took = timed(create_exec_destroy)
+            print(json.dumps({"create_exec_destroy": took, "create_exec_destroy_host_cpu": cpus[0]}), flush=True)
         elif op == "quit":
             break
 finally:
@@ -123,7 +131,7 @@ def run(a: Path, b: Path, samples: int, size: int, creates: int) -> dict[str, An
     try:
         workers["a"] = Worker(a, root / "home-a", size)
         workers["b"] = Worker(b, root / "home-b", size)
-        times: dict[str, dict[str, list[float]]] = {k: {op: [] for op in OPERATIONS} for k in workers}
+        times: dict[str, dict[str, list[float]]] = {k: {m: [] for m in MEASURES} for k in workers}
         load = [os.getloadavg()[0]]
         for i in range(samples):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
@@ -140,7 +148,7 @@ def run(a: Path, b: Path, samples: int, size: int, creates: int) -> dict[str, An
                                                                round(statistics.median(load), 2),
                                                                round(max(load), 2)],
                                "cpus": os.cpu_count(), "kernel": platform.release()}
-        for op in OPERATIONS:
+        for op in MEASURES:
             ma = statistics.median(times["a"][op]) * 1000
             mb = statistics.median(times["b"][op]) * 1000
             row[op] = {"a_p50_ms": round(ma, 2), "b_p50_ms": round(mb, 2), "ratio_b_to_a": round(mb / ma, 3),
@@ -167,7 +175,7 @@ def main() -> int:
     print(f"A={row['a']} B={row['b']} samples={row['samples']} load={row['load_average_min_median_max']}")
     print("| operation | A p50 ms | B p50 ms | B/A |")
     print("|---|---|---|---|")
-    for op in OPERATIONS:
+    for op in MEASURES:
         r = row[op]
         print(f"| {op} | {r['a_p50_ms']} | {r['b_p50_ms']} | {r['ratio_b_to_a']} |")
     return 0
