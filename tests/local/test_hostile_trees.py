@@ -9,7 +9,11 @@ diff past its budget (entries, seconds) says so instead of running on, and a con
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,7 @@ from hermes_sandboxes.backends.local import LocalSandbox
 from hermes_sandboxes.backends.local.store import treediff
 from hermes_sandboxes.sandbox import ChangeKind
 from tests.cli.cli_kit import CLI, Pty, ok
-from tests.local.kit import sh
+from tests.local.kit import sh, wait_for
 
 DEPTH = 4000
 # under a directory of the base that no mask makes opaque (an opaque /root hid the cost)
@@ -98,3 +102,55 @@ def test_the_cli_previews_a_4000_deep_tree_within_its_budget_and_restore_yes_tak
     restored = ok(home, "checkpoint", "restore", sb.name, base, "--yes")
     assert "not counted with --yes" in restored.stdout and "python3 -c" in restored.stdout, restored.stdout
     assert sh(sb, "test -e /opt/hs-deep || echo gone").stdout == "gone\n"
+
+
+DIFF_IN_A_PROCESS = """
+import json, sys
+from hermes_sandboxes.backends.local import LocalBackend
+from hermes_sandboxes.errors import Unsupported
+sb = LocalBackend(sys.argv[1]).get(sys.argv[2])
+try:
+    print(json.dumps({"changes": [c.path for c in sb.diff(sys.argv[3])]}))
+except Unsupported as exc:
+    print(json.dumps({"unsupported": str(exc)}))
+"""
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("held_at", ["diff-pinned", "diff-walking"])
+def test_restore_yes_does_not_wait_for_a_diff_of_a_hostile_tree_and_the_diff_reports_no_mix(
+        sb: LocalSandbox, tmp_path: Path, held_at: str) -> None:
+    """A diff of a 4,000-deep tree runs (in a process of its own) and is held mid-way: once it took
+    the sandbox's layer, or in its walk with 2,048 entries read; ``checkpoint restore --yes``
+    (another process) completes meanwhile, and the diff, let go after that, says it was
+    interrupted instead of reporting what it read of a layer the restore threw away (on the
+    previous main the restore waited for the diff's lock, a minute, then failed)."""
+    home = sb.backend.home
+    base = sb.checkpoint("before the tree").id
+    sh(sb, f"python3 -c '{NESTED}'", timeout=300)
+    marker, resume = tmp_path / "paused", tmp_path / "resume"
+    os.mkfifo(resume)
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": held_at,
+           "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker), "HERMES_SANDBOXES_TEST_RESUME": str(resume)}
+    differ = subprocess.Popen([sys.executable, "-c", DIFF_IN_A_PROCESS, str(home), sb.name, base], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (marker.exists() and bool(marker.read_text().strip())) or differ.poll() is not None,
+                 "the diff to hold the layer", 120)
+        assert differ.poll() is None, differ.communicate()
+        # a deadline only against a hang: the lock the restore waited on was given up after 60 s
+        restored = subprocess.run([*CLI, "--home", str(home), "checkpoint", "restore", sb.name, base, "--yes"],
+                                  capture_output=True, text=True, timeout=600)
+        assert restored.returncode == 0, (restored.stdout, restored.stderr)
+        assert differ.poll() is None, "the restore completed while the diff was still running"
+        assert sh(sb, "test -e /opt/hs-deep || echo gone").stdout == "gone\n"
+    finally:
+        with open(resume, "wb"):  # let the diff go on (it walks what it held)
+            pass
+        out, err = differ.communicate(timeout=600)
+    assert differ.returncode == 0, (out, err)
+    said = json.loads(out)
+    assert "changes" not in said, f"a diff across a restore reported a result: {str(said)[:300]}"
+    assert "was restored while its files were being compared" in said["unsupported"], said
+    # the next diff compares the restored files: the tree is gone from them
+    assert not [c for c in sb.diff(base) if c.path.startswith("/opt/hs-deep")]

@@ -113,6 +113,48 @@ def _wait_loop_released(loop: str, image: str, deadline_s: float = 10.0) -> None
     # still attached: another mount namespace holds the filesystem (it goes when that does)
 
 
+_PINNED = Path("/proc/self/fd")
+
+
+class PinnedLayer:
+    """A sandbox's live layer held by a descriptor, so that a diff can walk it without the
+    sandbox's lock: a restore that swaps another layer in meanwhile neither waits for the walk nor
+    changes what it reads (the walk goes on in the layer it started in, by ``path``); ``replaced``
+    then says the walk's result is no longer the sandbox's. While the descriptor is open the layer's
+    inode cannot be reused, so a layer swapped out and back in is not mistaken for the same one."""
+
+    def __init__(self, layer: Path) -> None:
+        self.layer = layer
+        self.fd = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        st = os.fstat(self.fd)
+        self._identity = (st.st_dev, st.st_ino)
+        self.path = _PINNED / str(self.fd)  # this process's name of the pinned directory
+
+    def replaced(self) -> bool:
+        """Whether the layer's name no longer leads to the pinned directory (a restore swapped it)."""
+        try:
+            st = os.stat(self.layer, follow_symlinks=False)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._identity
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> PinnedLayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_volume(path: Path) -> int:
+    """A directory descriptor of the volume ``path``, not through a symlink; a pinned layer's
+    ``path`` (a link of /proc/self/fd) is opened through its descriptor."""
+    name = f"{path}/." if path.parent == _PINNED else path
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def trusted_home(home: Path) -> None:
     """Make the store home if missing; refuse one someone else could control (util/ownership.py)."""
     try:
@@ -289,6 +331,12 @@ class Store(ABC):
         """The live layer, ready to be compared (readers go by descriptor: see fdwalk)."""
         return self.layer(name)
 
+    def pin_layer(self, name: str) -> PinnedLayer | None:
+        """The live layer (readable_layer), held for a walk outside the sandbox's lock (call under
+        it); None where the walk runs in another process, which cannot use this one's descriptor
+        (the caller keeps the lock for the walk then)."""
+        return PinnedLayer(self.readable_layer(name))
+
     def change_hint(self, name: str, old: Path, new: Path,
                     spend: treediff.Spend | None = None) -> treediff.Hint | None:
         """Where the volumes ``old`` and ``new`` may differ, or None when the store cannot tell;
@@ -442,7 +490,7 @@ class BtrfsStore(Store):
 
     def change_hint(self, name: str, old: Path, new: Path,
                     spend: treediff.Spend | None = None) -> treediff.Hint | None:
-        fds = [os.open(volume, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) for volume in (old, new)]
+        fds = [open_volume(volume) for volume in (old, new)]  # ``new``: a pinned layer, often
         # the hint holds every changed inode in memory (about 600 bytes each): held to the diff's
         # budget, as the walk's entries are, so a layer of millions of files stops here in time
         check = (spend or treediff.Budget().start()).hinted

@@ -37,7 +37,7 @@ import struct
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, treediff
-from hermes_sandboxes.backends.local.store.base import Store, tree_bytes
+from hermes_sandboxes.backends.local.store.base import PinnedLayer, Store, tree_bytes
 from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import FileChange
 
@@ -127,6 +127,10 @@ class RootlessStore(Store):
 
     def tree_bytes(self, path: Path) -> int:
         return mapped.call(tree_bytes, path)
+
+    def pin_layer(self, name: str) -> PinnedLayer | None:
+        # the walk runs in the namespace's helper, which has no way to this process's descriptor
+        return None if mapped.needed() else super().pin_layer(name)
 
     def diff_layers(self, old: Path, new: Path, lower: Path | None, hint: treediff.Hint | None,
                     spend: treediff.Spend | None = None) -> list[FileChange]:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from hermes_sandboxes.backends.local.store.fdwalk import Tree, join
 from hermes_sandboxes.sandbox import ChangeKind, FileChange
+from hermes_sandboxes.util import failpoints
 
 OPAQUE_XATTR = "trusted.overlay.opaque"
 
@@ -38,6 +39,9 @@ class Hint(NamedTuple):
 
 class TooBig(Exception):
     """The walk passed its budget; says how far it got."""
+
+
+WALKING = 2048  # entries walked when a diff passes the failpoint "diff-walking"
 
 
 class Budget(NamedTuple):
@@ -76,6 +80,8 @@ class Spend:
 
     def one(self) -> None:
         self.count += 1
+        if self.count == WALKING:
+            failpoints.pause("diff-walking")  # a test's stop in the middle of a walk
         if self.count > self.budget.entries or (self.count % 1024 == 0 and time.monotonic() > self.deadline):
             raise TooBig(f"the diff stopped after {self.count:,} entries"
                          + (" (its limit)" if self.count > self.budget.entries else
