@@ -134,6 +134,7 @@ def test_a_resumed_sandbox_takes_a_changed_allow_setting_but_keeps_a_change_made
     done = subprocess.run([str(hermes), "sandbox", "network", "deny", "*.internal.example", "--sandbox", name],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == f"{name}: network proxy, allowed: @pypi\n", done  # text, as on the local backend
     assert rules() == pypi
     kept = session(["@pypi", "*.internal.example"])
     assert "changed outside this plugin's settings and is kept" in kept and rules() == pypi, kept

@@ -15,6 +15,7 @@ import pytest
 
 from hermes_sandboxes.recorder.journal import AllowRecord, Journal
 from hermes_sandboxes.recorder.state import HostState
+from tests.cli.cli_kit import hs
 from tests.fakes.model_server import call, say
 from tests.local import egress_kit
 
@@ -64,13 +65,18 @@ def test_hermes_sandbox_network_changes_the_profile_s_sandbox_for_its_next_conne
         assert done.returncode == code, done.stdout + done.stderr
         return done.stdout if code == 0 else done.stderr  # errors go to stderr, one line
 
-    assert json.loads(network("allow", entry)) == {"sandbox": hermes.env().sandbox_name, "network": "proxy",
-                                                  "allow": ["@pypi", entry]}
+    name = hermes.env().sandbox_name
+    assert json.loads(network("allow", entry, "--json")) == {"sandbox": name, "network": "proxy",
+                                                             "allow": ["@pypi", entry]}
     assert hermes.run(fetch)["output"] == "200"  # the same session, no restart
-    network("deny", entry)
+    # text by default: the line hermes-sandboxes network prints
+    assert network("deny", entry) == f"{name}: network proxy, allowed: @pypi\n"
     assert hermes.run(fetch)["exit_code"] == 22
-    assert "no entry example.com" in network("deny", "example.com", code=2)  # bad input, as the CLI says it: exit 2
-    assert json.loads(network("show"))["allow"] == ["@pypi"]
+    # an entry the list does not hold: an error (exit 1), one line, as hermes-sandboxes network deny says it
+    refusal = network("deny", "example.com", code=1)
+    assert refusal.startswith("error: ") and "no entry example.com" in refusal, refusal
+    assert hs(hermes.backend.home, "network", "deny", name, "example.com").exit_code == 1
+    assert json.loads(network("show", "--json"))["allow"] == ["@pypi"]
 
 
 def test_a_resumed_sandbox_takes_a_changed_allow_setting_but_keeps_a_change_made_from_the_shell(

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -151,48 +151,146 @@ def test_every_command_lands_in_the_audit_log_with_its_task_and_session(
     assert mine[-1]["exit_code"] == 0
 
 
-def test_hermes_sandbox_cli_lists_and_shows_checkpoints(hermes: HermesHarness) -> None:
+def _hermes_sandbox(hermes: HermesHarness, *words: str) -> subprocess.CompletedProcess[str]:
+    """The real ``hermes sandbox ...`` on the test's profile, with no terminal."""
+    return subprocess.run([str(HERMES_BIN), "sandbox", *words], env={**os.environ, "HERMES_HOME": str(hermes.home)},
+                          capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+
+
+def _succeeds(hermes: HermesHarness, *words: str) -> subprocess.CompletedProcess[str]:
+    done = _hermes_sandbox(hermes, *words)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done
+    return done
+
+
+def _agent_and_a_change(hermes: HermesHarness) -> str:
+    """A checkpoint the agent took, then one command that changed a file: its id."""
     hermes.run("echo x > /root/x")
-    checkpoint_id = hermes.call("sandbox_checkpoint", {"comment": "from the agent"})["checkpoint"]
-    env = {**os.environ, "HERMES_HOME": str(hermes.home)}
+    checkpoint_id = str(hermes.call("sandbox_checkpoint", {"comment": "from the agent"})["checkpoint"])
+    hermes.run("echo changed > /root/x")
+    return checkpoint_id
 
-    def cli(*words: str) -> str:
-        done = subprocess.run([str(HERMES_BIN), "sandbox", *words], env=env, capture_output=True, text=True,
-                              timeout=120, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
 
-    listed = json.loads(cli("list"))
-    assert [s["name"] for s in listed] == [hermes.env().sandbox_name]
-    assert checkpoint_id in cli("checkpoints")
+def test_hermes_sandbox_json_gives_what_the_agent_tools_answer(hermes: HermesHarness) -> None:
+    checkpoint_id = _agent_and_a_change(hermes)
+    name = hermes.env().sandbox_name
+
+    def cli(*words: str) -> Any:
+        return json.loads(_succeeds(hermes, *words, "--json").stdout)
+
+    assert [s["name"] for s in cli("list")] == [name]
+    # one output model: the same dict the agent's tool answers with, field for field
+    assert cli("checkpoints") == hermes.call("sandbox_checkpoints", {})
+    diff = cli("diff", checkpoint_id)
+    assert diff == hermes.call("sandbox_diff", {"id": checkpoint_id})
+    rows = {row["path"]: row for row in diff["summary"]["rows"]}  # /tmp holds Hermes's own cwd file
+    assert (rows["/root"]["files"], rows["/root"]["modified"]) == (1, 1)
+    assert [c["command"] for c in diff["commands"]][-1] == "echo changed > /root/x"
+    restored = cli("restore", checkpoint_id, "--yes")
+    assert hermes.run("cat /root/x")["output"].strip() == "x"
+    again = hermes.call("sandbox_restore", {"id": checkpoint_id})
+    assert set(restored) == set(again) and restored["restored"] == again["restored"] == checkpoint_id
+    # the discarded commands a list in both, as the tool gives them
+    assert restored["discarded_commands"][-1] == "echo changed > /root/x", restored
+    assert isinstance(again["discarded_commands"], list), again
+    assert cli("network", "show") == {"sandbox": name, "network": hermes.env().recorded.inner.info().spec.network,
+                                      "allow": []}
+
+
+def test_hermes_sandbox_prints_text_by_default_as_hermes_sandboxes_does(hermes: HermesHarness) -> None:
+    checkpoint_id = _agent_and_a_change(hermes)
+    name = hermes.env().sandbox_name
+
+    listed = _succeeds(hermes, "list").stdout.splitlines()
+    assert listed[0].split() == ["NAME", "STATE", "KIND", "AGE", "NETWORK", "CHANGED", "CHECKPOINTS"], listed
+    assert len(listed) == 2 and listed[1].split()[:3] == [name, "running", "persistent"], listed
+    assert listed[1].split()[-1] == "1", listed  # its one checkpoint
+
+    shown = _succeeds(hermes, "checkpoints").stdout.splitlines()
+    assert shown[0] == f"checkpoints of {name}, newest first", shown
+    assert shown[1].split() == ["ID", "AGE", "TRIGGER", "COMMENT", "COMMANDS", "SIZE", "HEALTH"], shown
+    newest = shown[2]
+    assert newest.startswith(checkpoint_id) and " agent " in newest and "from the agent" in newest, shown
+    assert not shown[0].startswith("{"), shown  # not JSON
+
+    diff = _succeeds(hermes, "diff", checkpoint_id).stdout.splitlines()
+    assert diff[0] == f"changes from {checkpoint_id} to now", diff
+    assert diff[1].split() == ["DIRECTORY", "FILES", "ADDED", "MODIFIED", "DELETED", "NET", "SIZE"], diff
+    assert ["/root", "1", "0", "1", "0"] in [line.split()[:5] for line in diff], diff
+    assert any(line.split()[0] == "total" for line in diff), diff
+    since = diff.index(f"commands since {checkpoint_id}")
+    assert diff[since + 1].split() == ["EXIT", "COMMAND"] and diff[-1].split() == ["0", "echo", "changed", ">",
+                                                                                     "/root/x"], diff
+
+    restored = _succeeds(hermes, "restore", checkpoint_id, "--yes")
+    lines = restored.stdout.splitlines()
+    assert lines[0].startswith(f"restored {name} to {checkpoint_id}, discarding ") and lines[0].endswith(
+        " command(s):"), lines
+    assert "  echo changed > /root/x" in lines, lines
+    assert "processes that were running were stopped" in restored.stderr, restored
+    assert hermes.run("cat /root/x")["output"].strip() == "x"
+
+    network = _succeeds(hermes, "network", "show").stdout
+    mode = hermes.env().recorded.inner.info().spec.network
+    assert network.startswith(f"{name}: network {mode} ("), network  # the line hermes-sandboxes network show prints
+
+
+def test_hermes_sandbox_says_how_many_commands_it_left_out(hermes: HermesHarness) -> None:
+    hermes.run("true")
+    checkpoint_id = str(hermes.call("sandbox_checkpoint", {"comment": "before many"})["checkpoint"])
+    for i in range(22):
+        hermes.run(f"echo {i} > /root/n")
+    diff = json.loads(_succeeds(hermes, "diff", checkpoint_id, "--json").stdout)
+    assert [c["command"] for c in diff["commands"]] == [f"echo {i} > /root/n" for i in range(12, 22)], diff
+    assert diff["earlier_commands_omitted"] == 12, diff
+    assert diff == hermes.call("sandbox_diff", {"id": checkpoint_id})
+    text = _succeeds(hermes, "diff", checkpoint_id).stdout.splitlines()
+    assert f"commands since {checkpoint_id} (the last 10; 12 earlier not shown)" in text, text
+    restored = _succeeds(hermes, "restore", checkpoint_id, "--yes").stdout.splitlines()
+    # the journal's count, the last 20 listed
+    assert restored[:3] == [f"restored {hermes.env().sandbox_name} to {checkpoint_id}, discarding 22 command(s):",
+                            "  … 2 earlier", "  echo 2 > /root/n"], restored
+    assert restored[-1] == "  echo 21 > /root/n" and len(restored) == 22, restored
+
+
+def test_hermes_sandbox_exits_as_hermes_sandboxes_does(hermes: HermesHarness) -> None:
+    from tests.cli.cli_kit import hs
+
+    hermes.run("echo x > /root/x")
+    checkpoint_id = str(hermes.call("sandbox_checkpoint", {"comment": "kept"})["checkpoint"])
+    name = hermes.env().sandbox_name
+
+    def refused(code: int, *words: str, says: str) -> None:
+        done = _hermes_sandbox(hermes, *words)
+        assert done.returncode == code and done.stdout == "" and "Traceback" not in done.stderr, done
+        assert says in done.stderr, (says, done.stderr)
+
+    # bad usage, 2: what argparse refuses, a missing HOST, a restore nobody can confirm
+    refused(2, says="usage:")  # no subcommand
+    refused(2, "diff", says="the following arguments are required: checkpoint")
+    refused(2, "checkpoints", "--jsn", says="unrecognized arguments: --jsn")
+    refused(2, "network", "allow", says="error: network allow needs at least one HOST entry")
+    for json_flag in ((), ("--json",)):
+        refused(2, "restore", checkpoint_id, *json_flag, says="--yes")
+        # an error, 1, in either output mode: one line on stderr, nothing on stdout
+        refused(1, "diff", "ck-nope", *json_flag,
+                says=f"error: sandbox {name} has no checkpoint 'ck-nope'; list them with: hermes sandbox checkpoints")
+    refused(1, "checkpoints", "--sandbox", "someone-else", says="outside this plugin's name_prefix")
+    refused(1, "checkpoints", "--sandbox", f"{hermes.prefix}-nope", says="error: ")
+    # the same codes as hermes-sandboxes for the same refusals
+    assert hs(hermes.backend.home, "checkpoint", "diff", name, "ck-nope").exit_code == 1
+    assert hs(hermes.backend.home, "checkpoint", "restore", name, checkpoint_id).exit_code == 2
+    assert hermes.run("cat /root/x")["output"].strip() == "x"  # nothing was restored
 
     hermes.run("echo changed > /root/x")
-    preview = json.loads(cli("diff", checkpoint_id))
-    rows = {row["path"]: row for row in preview["summary"]["rows"]}  # /tmp holds Hermes's own cwd file
-    assert (rows["/root"]["files"], rows["/root"]["modified"]) == (1, 1)
-    assert [c["command"] for c in preview["commands"]][-1] == "echo changed > /root/x"
-    refused = subprocess.run([str(HERMES_BIN), "sandbox", "restore", checkpoint_id], env=env, capture_output=True,
-                             text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
-    # no terminal to confirm on: nothing changes, and it is bad usage (exit 2) as with hermes-sandboxes
-    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "--yes" in refused.stderr, refused
     term = Pty([str(HERMES_BIN), "sandbox", "restore", checkpoint_id])  # on a terminal: the preview, a question
     term.expect(b"throws away")
     term.expect(b"echo changed > /root/x")
     term.expect(b"[y/N]")
     term.send(b"n\r")
-    assert term.finish() == 1 and b"cancelled" in term.seen
+    # (the error in red on a terminal, as hermes-sandboxes writes it)
+    assert term.finish() == 1 and b"error:\x1b[0m restore cancelled; nothing was changed" in term.seen, term.seen
     assert hermes.run("cat /root/x")["output"].strip() == "changed"
-    restored = json.loads(cli("restore", checkpoint_id, "--yes"))
-    assert restored["restored"] == checkpoint_id
-    assert hermes.run("cat /root/x")["output"].strip() == "x"
-    # one output model with the agent tools: the same fields, the discarded commands as a list
-    assert "echo changed > /root/x" in restored["discarded_commands"], restored
-    tool = hermes.call("sandbox_checkpoints", {})
-    assert set(json.loads(cli("checkpoints"))) == set(tool) and tool["checkpoints"], tool
-    unknown = subprocess.run([str(HERMES_BIN), "sandbox", "diff", "ck-nope"], env=env, capture_output=True, text=True,
-                             timeout=120, check=False)
-    assert unknown.returncode == 1 and "has no checkpoint 'ck-nope'; list them with: hermes sandbox checkpoints" \
-        in unknown.stderr, unknown
 
 
 def test_an_unknown_checkpoint_points_the_model_to_its_own_tool(hermes: HermesHarness) -> None:

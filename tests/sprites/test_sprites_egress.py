@@ -165,6 +165,7 @@ def test_a_real_hermes_with_the_allow_setting_fences_its_sprite_and_hermes_sandb
             done = subprocess.run([str(hermes), "sandbox", "network", "allow", "later.test", "--sandbox",
                                    env.recorded.name], capture_output=True, text=True, timeout=120, check=False)
             assert done.returncode == 0, done.stdout + done.stderr
+            assert done.stdout == f"{env.recorded.name}: network proxy, allowed: allowed.test later.test\n", done
             assert env.execute(fetch.format(host="later.test"))["output"].strip() == "hello"
     finally:
         env.cleanup()

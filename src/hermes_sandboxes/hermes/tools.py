@@ -36,6 +36,7 @@ def _error(message: str) -> str:
 
 
 MAX_STORY_COMMANDS = 10
+MAX_DISCARDED_COMMANDS = 20
 
 
 def _environment(task_id: str | None) -> SandboxEnvironment:
@@ -55,8 +56,7 @@ def _checkpoint_view(cp: StoriedCheckpoint) -> dict[str, Any]:
     view["created_at"] = round(cp.created_at, 3)
     commands = view["commands"]
     view["commands"] = [{"command": c["command"], "exit_code": c["exit_code"]} for c in commands[-MAX_STORY_COMMANDS:]]
-    if len(commands) > MAX_STORY_COMMANDS:
-        view["earlier_commands_omitted"] = len(commands) - MAX_STORY_COMMANDS
+    view.update(_omitted(commands, MAX_STORY_COMMANDS))
     return view
 
 
@@ -103,12 +103,19 @@ def restore_result(recorded: RecordedSandbox, checkpoint_id: str,
                    discarded: Sequence[ExecRecord] | None) -> dict[str, Any]:
     """What a restore did, for the agent's tool and ``hermes sandbox restore`` alike."""
     undone = "" if discarded is None else f" The effects of {len(discarded)} command(s) since then are gone."
+    commands = None if discarded is None else [r.command for r in discarded]
     return {
         "restored": checkpoint_id, "sandbox": recorded.name,
-        "discarded_commands": None if discarded is None else [r.command for r in discarded][-20:],
+        "discarded_commands": None if commands is None else commands[-MAX_DISCARDED_COMMANDS:],
+        **_omitted(commands, MAX_DISCARDED_COMMANDS),
         "message": (f"The sandbox's files are back at checkpoint {checkpoint_id}.{undone} Processes that were "
                     "running were stopped; start again any server you need."),
     }
+
+
+def _omitted(items: Sequence[object] | None, shown: int) -> dict[str, int]:
+    """``earlier_commands_omitted``, when a list of commands was cut to its last ``shown``."""
+    return {"earlier_commands_omitted": len(items) - shown} if items is not None and len(items) > shown else {}
 
 
 def restore_tool(env: SandboxEnvironment, args: dict[str, Any]) -> str:
@@ -144,7 +151,8 @@ def diff_result(sandbox: str, checkpoint_id: str, preview: RestorePreview) -> di
     commands = [{"command": r.command, "exit_code": r.exit_code} for r in (preview.commands or ())]
     return {"sandbox": sandbox, "since": checkpoint_id, "changes": shown,
             "summary": preview.summary.to_dict() if preview.summary else None,
-            "commands": commands[-MAX_STORY_COMMANDS:], "message": message}
+            "commands": commands[-MAX_STORY_COMMANDS:], **_omitted(commands, MAX_STORY_COMMANDS),
+            "message": message}
 
 
 _ID = {"type": "string", "description": "a checkpoint id from sandbox_checkpoint or sandbox_checkpoints"}

@@ -31,12 +31,16 @@ def _show(ui: Ui, name: str, mode: str, allow: Sequence[str], as_json: bool) -> 
     if as_json:
         ui.json({"name": name, "network": mode, "allow": list(allow)})
         return
+    ui.result(describe(name, mode, allow))
+
+
+def describe(name: str, mode: str, allow: Sequence[str]) -> str:
+    """One line: the network mode and, with network proxy, the allow-list (also ``hermes sandbox network``'s)."""
     if mode != "proxy":
-        ui.result(f"{name}: network {mode} (no allow-list: "
-                  + ("nothing is reachable)" if mode == "none" else
-                     "only its own loopback)" if mode == "loopback" else "everything the host reaches)"))
-        return
-    ui.result(f"{name}: network proxy, allowed: " + (" ".join(allow) or "nothing"))
+        return (f"{name}: network {mode} (no allow-list: "
+                + ("nothing is reachable)" if mode == "none" else
+                   "only its own loopback)" if mode == "loopback" else "everything the host reaches)"))
+    return f"{name}: network proxy, allowed: " + (" ".join(allow) or "nothing")
 
 
 @network.command(short_help="The network mode and allow-list of a sandbox.")
