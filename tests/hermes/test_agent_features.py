@@ -291,6 +291,8 @@ def test_hermes_sandbox_exits_as_hermes_sandboxes_does(hermes: HermesHarness) ->
     # (the error in red on a terminal, as hermes-sandboxes writes it)
     assert term.finish() == 1 and b"error:\x1b[0m restore cancelled; nothing was changed" in term.seen, term.seen
     assert hermes.run("cat /root/x")["output"].strip() == "changed"
+    hermes.configure(scope="sesion")  # a setting hermes-sandboxes would refuse in its config file: exit 1 there too
+    refused(1, "list", says="error: plugins.entries.sandbox.settings.scope")
 
 
 def test_an_unknown_checkpoint_points_the_model_to_its_own_tool(hermes: HermesHarness) -> None:
