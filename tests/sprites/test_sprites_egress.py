@@ -166,6 +166,10 @@ def test_a_real_hermes_with_the_allow_setting_fences_its_sprite_and_hermes_sandb
                                    env.recorded.name], capture_output=True, text=True, timeout=120, check=False)
             assert done.returncode == 0, done.stdout + done.stderr
             assert done.stdout == f"{env.recorded.name}: network proxy, allowed: allowed.test later.test\n", done
+            shown = subprocess.run([str(hermes), "sandbox", "network", "show", "--sandbox", env.recorded.name,
+                                    "--json"], capture_output=True, text=True, timeout=120, check=False)
+            assert shown.returncode == 0 and json.loads(shown.stdout) == {
+                "sandbox": env.recorded.name, "network": "proxy", "allow": ["allowed.test", "later.test"]}, shown
             assert env.execute(fetch.format(host="later.test"))["output"].strip() == "hello"
     finally:
         env.cleanup()
