@@ -2,11 +2,12 @@
 
 launcher.py starts it once per host process, with one end of a SOCK_SEQPACKET socket pair as its
 stdin. Each request is one packet carrying (SCM_RIGHTS) a stream socket of the requester's own. The
-server forks; the child, the launcher, reads two marshalled messages from that socket: the groups
-to join, the network and what to hide (it joins them, makes the namespaces and lists the other
-stores and loop images to hide at once: init.prepare, masks.hidden_from_sandboxes), then the rest
-of the configuration (init.launch); it says on the same socket the init's host pid (``pid N``)
-or what went wrong (``error ...``), then exits, and the init says ``ok`` there once it is ready.
+server forks; the child, the launcher, reads the first of two marshalled messages from that
+socket: the groups to join, the network and what to hide (it joins them, makes the namespaces and
+lists the other stores and loop images to hide at once: init.join_groups, init.make_namespaces,
+masks.hidden_from_sandboxes), then forks the init (init.launch), says on the same socket the
+init's host pid (``pid N``) or what went wrong (``error ...``), and exits; the init reads the
+second message, the rest of the configuration, itself, and says ``ok`` there once it is ready.
 A caller gets the launcher going before it knows the rest (a restore: while it stages the copy and
 stops the old init). The server reads nothing else, holds nothing of any sandbox, and exits when the
 requester's end of its stdin closes. That end is copied into every child the host process forks (a
@@ -94,9 +95,18 @@ def _launcher(control: socket.socket, fd: int) -> None:
                 hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
                 if maker is not None:
                     maker.reap()  # let go in take(): it has exited meanwhile
-                cfg = {**_message(messages), "hide": hide, "masks": first.get("masks", ()),
-                       "userns": first.get("userns"), "userns_fd": ns_fd}
-                answer = f"pid {init.launch(cfg, fd)}\n".encode()
+                known = {"hide": hide, "masks": first.get("masks", ()), "userns": first.get("userns"),
+                         "userns_fd": ns_fd}
+
+                def configuration() -> dict[str, Any]:
+                    """Read in the init (forked already): the fork cleared the launcher's alarm,
+                    and an init whose configuration never comes must not wait for ever either."""
+                    signal.alarm(_SETUP_TIMEOUT_S)
+                    cfg = {**_message(messages), **known}
+                    signal.alarm(0)
+                    return cfg
+
+                answer = f"pid {init.launch(configuration, fd)}\n".encode()
             except Exception as exc:
                 answer = f"error {exc or type(exc).__name__}\n".encode()
             conn.sendall(answer)

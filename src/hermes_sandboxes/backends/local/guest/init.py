@@ -480,27 +480,34 @@ def prepare(cfg: dict[str, Any]) -> None:
     make_namespaces(cfg)
 
 
-def launch(cfg: dict[str, Any], reply: int) -> int:
-    """The launcher's second step (after prepare): forks the init and returns its host pid at once.
-    The init itself says on ``reply`` (the host process's socket) ``ok`` once it serves requests,
-    or ``error ...``: one hand-over less than the launcher waiting for the init and then answering
-    (each cost milliseconds of scheduling on a busy machine)."""
-    if os.path.lexists(cfg["socket"]):
-        os.unlink(cfg["socket"])
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o077)
-    listener.bind(cfg["socket"])
-    os.umask(old_umask)
-    listener.listen(128)
+def launch(configuration: Callable[[], dict[str, Any]], reply: int) -> int:
+    """The launcher's second step (after prepare): forks the init at once and returns its host pid.
+    The init reads the rest of its configuration itself (``configuration()``, which waits for the
+    host process's second message): the fork is made while the caller gets that ready, and the
+    message wakes the init directly, not a launcher that then forks it (each hand-over cost
+    milliseconds of scheduling on a busy machine). The init says on ``reply`` (the host process's
+    socket) ``ok`` once it serves requests, or ``error ...`` (the configuration never coming too)."""
     pid = os.fork()
     if pid == 0:
         try:
-            _become_init(cfg, listener, reply)
+            cfg = configuration()
+            _become_init(cfg, _listen(cfg["socket"]), reply)
         except BaseException as exc:  # report any failure to the host process, then die
             try:
                 os.write(reply, f"error {type(exc).__name__}: {exc}\n".encode())
             finally:
                 os._exit(1)
         os._exit(0)
-    listener.close()
     return pid
+
+
+def _listen(path: str) -> socket.socket:
+    """The init's request socket at ``path`` (one left by an earlier init replaced), owner-only."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o077)
+    listener.bind(path)
+    os.umask(old_umask)
+    listener.listen(128)
+    return listener
