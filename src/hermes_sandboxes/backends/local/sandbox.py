@@ -198,15 +198,17 @@ class LocalSandbox(Sandbox):
         layer = store.layer(self.name)
         if not layer.is_dir():
             raise SandboxError(f"sandbox {self.name}: its writable layer is missing from the store")
-        self.apply_masks()  # again: masks added to the settings since creation take effect now
-        if not limited:
-            store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
-        self._run.mkdir(parents=True, exist_ok=True)
-        (self._run / "root").mkdir(exist_ok=True)
-        self._socket.parent.mkdir(mode=0o700, exist_ok=True)
+        # the launcher joins the groups and makes the namespaces (a restore's has already) while
+        # the masks, the disk limit and the run directory are made ready here
         groups, launch = prepared or self._prepare_start()
-        self._cgroups = groups
         try:
+            self.apply_masks()  # again: masks added to the settings since creation take effect now
+            if not limited:
+                store.set_disk_limit(self.name, self.spec.limits.disk_bytes)
+            self._run.mkdir(parents=True, exist_ok=True)
+            (self._run / "root").mkdir(exist_ok=True)
+            self._socket.parent.mkdir(mode=0o700, exist_ok=True)
+            self._cgroups = groups
             pid = launch.finish(self._init_config(layer, groups))
         finally:
             launch.close()
