@@ -177,3 +177,22 @@ def test_the_hostile_tree_benchmark_runs_and_writes_diff_preview_and_restore_row
     assert set(deep["median"]) == {"diff_s", "diff_traced_s", "diff_peak_mb", "preview_s", "restore_yes_s"}
     assert "| deep_60 | 2 |" in proc.stdout and "| flat_700 | 1 |" in proc.stdout
     assert list(scratch.iterdir()) == [], "the benchmark left its store behind"
+
+
+AB_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_ab.py"
+
+
+def test_the_ab_benchmark_runs_two_trees_interleaved_and_writes_every_ratio(tmp_path: Path, scratch: Path) -> None:
+    out = tmp_path / "ab.json"
+    src = AB_BENCH.parents[1] / "src"  # this tree against itself: the run, not the figures, is checked
+    proc = subprocess.run([sys.executable, str(AB_BENCH), "--a", str(src), "--b", str(src), "--samples", "2",
+                           "--creates", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=_env(scratch))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and out.exists(), proc.stderr
+    row = json.loads(out.read_text())
+    for op in ("restore", "first_exec", "exec", "checkpoint", "create_exec_destroy"):
+        for measure in (op, f"{op}_host_cpu"):
+            assert row[measure]["a_p50_ms"] > 0 and row[measure]["b_p50_ms"] > 0, measure
+    assert row["restore"]["n"] == 2 and row["create_exec_destroy"]["n"] == 1
+    assert "| restore |" in proc.stdout
+    assert list(scratch.iterdir()) == [], "the benchmark left its stores behind"
