@@ -125,7 +125,8 @@ class Worker:
         self.proc.wait(timeout=120)
 
 
-def run(a: Path, b: Path, samples: int, size: int, creates: int) -> dict[str, Any]:
+def run(a: Path, b: Path, samples: int, size: int, creates: int,
+        ops: tuple[str, ...] = ("restore", "exec", "checkpoint")) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="hs-bench-ab-"))
     workers: dict[str, Worker] = {}
     try:
@@ -135,8 +136,7 @@ def run(a: Path, b: Path, samples: int, size: int, creates: int) -> dict[str, An
         load = [os.getloadavg()[0]]
         for i in range(samples):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
-            ops = ["restore", "exec", "checkpoint"] + (["create_exec_destroy"] if i < creates else [])
-            for op in ops:
+            for op in [*ops, *(["create_exec_destroy"] if i < creates else [])]:
                 for kind in order:
                     for name, took in workers[kind].ask(op).items():
                         times[kind][name].append(took)
@@ -149,6 +149,8 @@ def run(a: Path, b: Path, samples: int, size: int, creates: int) -> dict[str, An
                                                                round(max(load), 2)],
                                "cpus": os.cpu_count(), "kernel": platform.release()}
         for op in MEASURES:
+            if not times["a"][op]:
+                continue  # not asked for (--ops)
             ma = statistics.median(times["a"][op]) * 1000
             mb = statistics.median(times["b"][op]) * 1000
             row[op] = {"a_p50_ms": round(ma, 2), "b_p50_ms": round(mb, 2), "ratio_b_to_a": round(mb / ma, 3),
@@ -167,15 +169,20 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--creates", type=int, default=20, help="samples that also create a sandbox")
     parser.add_argument("--size", type=int, default=1 << 20, help="the layer's bytes")
+    parser.add_argument("--ops", default="restore,exec,checkpoint",
+                        help="which of restore (with the first exec after it), exec, checkpoint to sample")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    row = run(args.a.resolve(), args.b.resolve(), args.samples, args.size, min(args.creates, args.samples))
+    ops = tuple(op for op in args.ops.split(",") if op)
+    if not set(ops) <= {"restore", "exec", "checkpoint"}:
+        parser.error(f"--ops: unknown operations in {args.ops!r}")
+    row = run(args.a.resolve(), args.b.resolve(), args.samples, args.size, min(args.creates, args.samples), ops)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(row, indent=2) + "\n")
     print(f"A={row['a']} B={row['b']} samples={row['samples']} load={row['load_average_min_median_max']}")
     print("| operation | A p50 ms | B p50 ms | B/A |")
     print("|---|---|---|---|")
-    for op in MEASURES:
+    for op in (m for m in MEASURES if m in row):
         r = row[op]
         print(f"| {op} | {r['a_p50_ms']} | {r['b_p50_ms']} | {r['ratio_b_to_a']} |")
     return 0
