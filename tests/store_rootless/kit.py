@@ -16,11 +16,12 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
-from hermes_sandboxes.backends.local.store import baseimage, mapped, rootless, usage
+from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, rootless, usage
 from hermes_sandboxes.errors import SandboxError, Unsupported
 from hermes_sandboxes.sandbox import Limits, SandboxSpec
 
@@ -120,12 +121,6 @@ def _read_view(base: Path, layer: Path) -> dict[str, Any]:
     finally:
         sc.umount(merged)
         os.rmdir(merged)
-
-
-def _inode(path: Path) -> tuple[int, int]:
-    """The file's identity (btrfs snapshots reuse inode numbers, each subvolume on a device of its own)."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
 
 
 def _layer_owners(path: Path) -> list[int]:
@@ -251,12 +246,14 @@ def scenario_store(home: Path) -> dict[str, Any]:
     live = mapped.call(_listing, layer / "upper")
     store.snapshot("a", "c2")
     (store.checkpoints_dir("a") / "c2.json").write_text("{}")
-    out["c2_is_the_layer"] = mapped.call(_listing, store.checkpoint_path("a", "c2") / "upper") == live
+    out["c2_is_the_layer"] = _materialized(store, "a", "c2") == live
     out["checkpoint_ids"] = store.checkpoint_ids("a")
     c2 = store.checkpoint_path("a", "c2")
-    out["c2_shares_unchanged"] = _inode(c2 / "upper/opt/tool/new") == _inode(ck / "upper/opt/tool/new")
-    out["c2_shares_changed"] = _inode(c2 / "upper/etc/added") == _inode(ck / "upper/etc/added")
-    out["diff_c1_c2"] = _changes(store, ck, c2, base)
+    out["c2_holds_unchanged"] = (c2 / "upper/opt/tool/new").exists()  # not on ext4: a delta on c1
+    out["c2_holds_changed"] = (c2 / "upper/etc/added").exists()
+    out["c2_kind"] = mapped.call(increment.describe, c2)
+    with store.checkpoint_tree("a", "c1") as tree1, store.checkpoint_tree("a", "c2") as tree2:
+        out["diff_c1_c2"] = _changes(store, tree1, tree2, base)
     out["usage"] = list(usage.sandbox_bytes(store, "a"))  # layer, checkpoints, exclusive (df)
     out["changed_since_c2"] = [store.changed_since("a", "c2")]
     mapped.call(_in_overlay, base, layer, [("append", "etc/added", "x")], fresh=True)
@@ -274,12 +271,12 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["view_fork_live"] = mapped.call(_read_view, base, store.layer("c"), fresh=True)
     store.delete_checkpoint("a", "c1")
     out["after_delete"] = store.checkpoint_ids("a")
-    store.restore("a", "c2", disk_limit=None)  # c2 may share files with the deleted c1
+    out["c2_kind_after_delete"] = mapped.call(increment.describe, c2)  # on ext4, c1 was folded into it
+    store.restore("a", "c2", disk_limit=None)
     out["view_restored_c2"] = mapped.call(_read_view, base, store.layer("a"), fresh=True)
     store.snapshot("a", "c3")  # of a restored layer: a full copy again (a new layer)
     (store.checkpoints_dir("a") / "c3.json").write_text("{}")
-    out["c3_shares_with_c2"] = _inode(store.checkpoint_path("a", "c3") / "upper/opt/tool/new") == _inode(
-        c2 / "upper/opt/tool/new")
+    out["c3_kind"] = mapped.call(increment.describe, store.checkpoint_path("a", "c3"))
     try:
         store.check_disk_limit(1 << 30)
         out["disk_limit"] = "accepted"
@@ -291,6 +288,145 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["left_in_store"] = sorted(p.name for p in store.root.iterdir())
     mapped.run(["rm", "-rf", "--", str(base)], "removing the base")
     return out
+
+
+def _mutate(upper: Path, seed: int, rounds: int) -> None:
+    """Changes a sandbox makes, straight in a layer's upper directory (as namespace root): new,
+    rewritten, appended and deleted files, a directory replaced by a file and back, whiteouts,
+    opaque markers, owners, modes, xattrs, hard links, symlinks."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        files = [p for p in upper.rglob("*") if p.is_file() and not p.is_symlink()]
+        dirs = [upper, *(p for p in upper.rglob("*") if p.is_dir() and not p.is_symlink())]
+        op = rng.randrange(12)
+        where = rng.choice(dirs)
+        name = where / f"n{rng.randrange(30)}"
+        if op <= 2 or not files:
+            if not os.path.lexists(name):
+                name.write_bytes(os.urandom(rng.randrange(1, 5000)))
+        elif op == 3:
+            with open(rng.choice(files), "ab") as f:  # in place: no directory changes
+                f.write(b"more")
+        elif op == 4:
+            rng.choice(files).unlink()
+        elif op == 5:
+            if not os.path.lexists(name):
+                name.mkdir()
+                (name / "inner").write_text("inner")
+        elif op == 6 and len(dirs) > 1:
+            victim = rng.choice(dirs[1:])
+            subprocess.run(["rm", "-rf", str(victim)], check=True)
+            if rng.random() < 0.5:
+                victim.write_text("was a directory")
+            else:
+                victim.mkdir()
+                os.setxattr(victim, "user.overlay.opaque", b"y")
+        elif op == 7:
+            target = rng.choice(files)
+            os.chown(target, 42, 42)
+            os.chmod(target, rng.choice([0o600, 0o755, 0o4755]))
+        elif op == 8 and not os.path.lexists(name):
+            os.mknod(name, stat.S_IFCHR | 0o000, 0)  # a whiteout
+        elif op == 9 and not os.path.lexists(name):
+            os.link(rng.choice(files), name)
+        elif op == 10 and not os.path.lexists(name):
+            os.symlink(f"../t{rng.randrange(9)}", name)
+        else:
+            os.setxattr(rng.choice(files), "user.note", os.urandom(4).hex().encode())
+
+
+def _materialized(store: rootless.RootlessStore, name: str, cid: str) -> list[list[Any]]:
+    with store.checkpoint_tree(name, cid) as tree:
+        return mapped.call(_listing, tree / "upper")
+
+
+def scenario_chain(home: Path, seed: str) -> dict[str, Any]:
+    """Checkpoints after random changes, then deletions in a random order: each checkpoint, read
+    through its chain (a view and a restore), holds exactly what the layer held when it was taken."""
+    import random
+
+    rng = random.Random(int(seed))
+    store = rootless.choose(home)
+    store.create_layer("x")
+    upper = store.layer("x") / "upper"
+    expected: dict[str, list[list[Any]]] = {}
+    kinds: dict[str, Any] = {}
+    mismatches: list[str] = []
+    for i in range(12):
+        mapped.call(_mutate, upper, rng.randrange(1 << 30), rng.randrange(1, 15))
+        cid = f"k{i:02d}"
+        expected[cid] = mapped.call(_listing, upper)
+        store.snapshot("x", cid)
+        (store.checkpoints_dir("x") / f"{cid}.json").write_text("{}")
+        kinds[cid] = mapped.call(increment.describe, store.checkpoint_path("x", cid))
+        if store.changed_since("x", cid) is not False:
+            mismatches.append(f"{cid}: changed right after")
+    for cid in expected:
+        if _materialized(store, "x", cid) != expected[cid]:
+            mismatches.append(f"{cid}: view")
+    order = list(expected)
+    rng.shuffle(order)
+    for gone in order[:8]:
+        store.delete_checkpoint("x", gone)
+        del expected[gone]
+        for cid in expected:
+            if _materialized(store, "x", cid) != expected[cid]:
+                mismatches.append(f"{cid}: view after deleting {gone}")
+    for cid in expected:
+        store.fork("x", cid, "y")
+        if mapped.call(_listing, store.layer("y") / "upper") != expected[cid]:
+            mismatches.append(f"{cid}: fork")
+    store.restore("x", sorted(expected)[-1], disk_limit=None)
+    restored = mapped.call(_listing, upper)
+    store.remove_sandbox("x")
+    store.remove_sandbox("y")
+    return {"kinds": kinds, "mismatches": mismatches, "restored_last": restored == expected[sorted(expected)[-1]],
+            "left": sorted(p.name for p in store.root.iterdir()), "remaining": sorted(expected)}
+
+
+def scenario_killed(home: Path, point: str) -> dict[str, Any]:
+    """A chain of three checkpoints; a deletion of the middle one (or a checkpoint, or a restore)
+    killed at ``point``; then gc, and every checkpoint still listed reads as it was taken."""
+    store = rootless.choose(home)
+    store.create_layer("x")
+    upper = store.layer("x") / "upper"
+    expected: dict[str, list[list[Any]]] = {}
+    for i, seed in enumerate((1, 2, 3)):
+        mapped.call(_mutate, upper, seed, 8)
+        cid = f"k{i}"
+        expected[cid] = mapped.call(_listing, upper)
+        store.snapshot("x", cid)
+        (store.checkpoints_dir("x") / f"{cid}.json").write_text("{}")
+    mapped.call(_mutate, upper, 4, 8)
+    action = {"fold-staged": "delete k1", "fold-exchanged": "delete k1", "checkpoint-unrecorded": "delete k1",
+              "checkpoint-staged": "checkpoint k3", "restore-staged": "restore k1"}[point]
+    marker = home / "paused"
+    env = {**os.environ, "HERMES_SANDBOXES_TEST_PAUSE": point, "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(marker)}
+    code = ("import sys; from pathlib import Path; from hermes_sandboxes.backends.local.store import rootless; "
+            "s = rootless.choose(Path(sys.argv[1])); verb, cid = sys.argv[2].split(); "
+            "s.delete_checkpoint('x', cid) if verb == 'delete' else s.snapshot('x', cid) if verb == 'checkpoint' "
+            "else s.restore('x', cid, disk_limit=None)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(home), action], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text().strip()) and child.poll() is None:
+            if time.monotonic() > deadline:  # the child says where it stopped, or ends
+                break
+            time.sleep(0.01)
+        paused = marker.exists() and marker.read_text().strip() == str(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    store.gc("x")
+    listed = store.checkpoint_ids("x")
+    readable = {cid: _materialized(store, "x", cid) == expected[cid] for cid in listed}
+    store.delete_checkpoint("x", "k1") if "k1" in listed else None
+    after = {cid: _materialized(store, "x", cid) == expected[cid] for cid in store.checkpoint_ids("x")}
+    store.remove_sandbox("x")
+    return {"paused": paused, "listed": listed, "readable": readable, "after_delete": after,
+            "left": sorted(p.name for p in store.root.iterdir())}
 
 
 def scenario_base(cache: Path, tarball: str) -> dict[str, Any]:
@@ -389,6 +525,10 @@ def main() -> None:
         result = scenario_base(Path(sys.argv[2]), sys.argv[3])
     elif scenario == "describe":
         result = scenario_describe(Path(sys.argv[2]))
+    elif scenario == "chain":
+        result = scenario_chain(Path(sys.argv[2]), sys.argv[3])
+    elif scenario == "killed":
+        result = scenario_killed(Path(sys.argv[2]), sys.argv[3])
     elif scenario == "backend":
         result = scenario_backend(Path(sys.argv[2]), sys.argv[3])
     else:

@@ -90,18 +90,21 @@ def test_restore_and_fork_give_the_checkpoints_files(seen: Any) -> None:
 
 
 def test_overlay_checkpoints_copy_only_what_changed_since_the_previous_one(seen: Any) -> None:
-    """On ext4, the second checkpoint links the files the first has unchanged and copies the rest;
-    after a restore the layer is new and the next checkpoint a full copy. Never an inode shared
-    with a live layer: every other kind copies (or snapshots) whole."""
+    """On ext4, the second checkpoint is a delta on the first: only the entries changed since
+    (read through the chain, it is the whole layer); deleting the first folds it into the second;
+    after a restore the layer is new and its next checkpoint full. Every other kind copies (or
+    snapshots) whole."""
     fs, result = seen
     assert result["c1_is_the_layer"] and result["c2_is_the_layer"]  # every entry and attribute, links kept
     assert result["diff_c1_c2"] == result["diff_c1_vs_live"]
-    assert result["c2_shares_changed"] is False
-    assert result["c2_shares_unchanged"] is (fs == "ext4")
-    assert result["c3_shares_with_c2"] is False
+    assert result["c2_holds_changed"] is True
+    assert result["c2_holds_unchanged"] is (fs != "ext4")
+    assert result["c2_kind"] == ({"full": False, "parent": "c1"} if fs == "ext4" else {"full": True, "parent": None})
+    assert result["c2_kind_after_delete"] == {"full": True, "parent": None}
+    assert result["c3_kind"] == {"full": True, "parent": None}
 
 
-def test_the_overlay_store_tells_an_unchanged_layer_from_its_manifest(seen: Any) -> None:
+def test_the_overlay_store_tells_an_unchanged_layer_from_its_state(seen: Any) -> None:
     """Right after a checkpoint: unchanged (False); after a write: changed. (An overlay mount may
     move an entry's ctime without a change, which reads as changed: never the other way.) The
     other kinds cannot tell without walking (None), as root's copy store."""
@@ -113,8 +116,8 @@ def test_df_counts_what_removing_the_sandbox_would_give_back(seen: Any) -> None:
     fs, result = seen
     layer, checkpoints, exclusive = result["usage"]
     assert layer > 0 and checkpoints > 0 and exclusive > 0
-    if fs == "ext4":  # c2 links what c1 has unchanged: counted once
-        assert exclusive < layer + checkpoints
+    if fs == "ext4":  # c2 holds what changed since c1 only (not the 4 MiB file again)
+        assert checkpoints < layer * 3 // 2
 
 
 def test_a_layer_deeper_than_path_max(seen: Any) -> None:

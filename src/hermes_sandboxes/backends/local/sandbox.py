@@ -674,32 +674,35 @@ class LocalSandbox(Sandbox):
         store = self._backend.store
         store.ensure()
         self._require_checkpoint(from_id)
-        old = store.checkpoint_path(self.name, from_id)
         if to_id is not None:
             self._require_checkpoint(to_id)
-            return self._diff(old, store.checkpoint_path(self.name, to_id))
         # The lock only while the live layer is pinned: a restore must not wait for a walk, which
         # a tree made to be slow to compare stretches to its whole budget (issue 24). The walk
         # reads the pinned layer to its end whatever is swapped in meanwhile, and a result whose
         # layer a restore replaced is not reported (it would be neither the old files nor the new).
-        with self._locked():
-            if store.changed_since(self.name, from_id) is False:
-                return []
-            pinned = store.pin_layer(self.name)
-            if pinned is None:  # a walk in another process: under the lock throughout
-                return self._diff(old, store.readable_layer(self.name))
-        with pinned:
-            failpoints.pause("diff-pinned")
-            try:
-                changes = self._diff(old, pinned.path)
-            except (OSError, Unsupported):
-                if not pinned.replaced():
-                    raise
-                changes = None  # the old layer, removed under the walk
-            if changes is None or pinned.replaced():
-                raise Unsupported(f"sandbox {self.name} was restored while its files were being compared "
-                                  "(the diff was interrupted); diff again to compare the restored files")
-            return changes
+        # A checkpoint's tree (a view of a delta chain on the overlay store) is made under the lock.
+        with contextlib.ExitStack() as views:
+            with self._locked():
+                if to_id is None and store.changed_since(self.name, from_id) is False:
+                    return []
+                old = views.enter_context(store.checkpoint_tree(self.name, from_id))
+                if to_id is not None:
+                    return self._diff(old, views.enter_context(store.checkpoint_tree(self.name, to_id)))
+                pinned = store.pin_layer(self.name)
+                if pinned is None:  # a walk in another process: under the lock throughout
+                    return self._diff(old, store.readable_layer(self.name))
+            with pinned:
+                failpoints.pause("diff-pinned")
+                try:
+                    changes = self._diff(old, pinned.path)
+                except (OSError, Unsupported):
+                    if not pinned.replaced():
+                        raise
+                    changes = None  # the old layer, removed under the walk
+                if changes is None or pinned.replaced():
+                    raise Unsupported(f"sandbox {self.name} was restored while its files were being compared "
+                                      "(the diff was interrupted); diff again to compare the restored files")
+                return changes
 
     def _diff(self, old: Path, new: Path) -> list[FileChange]:
         spend = treediff.Budget().start()  # one budget for the hint and the walk together

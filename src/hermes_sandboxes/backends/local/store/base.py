@@ -193,6 +193,13 @@ class Store(ABC):
     def checkpoint_path(self, name: str, checkpoint_id: str) -> Path:
         return self.checkpoints_dir(name) / checkpoint_id
 
+    @contextlib.contextmanager
+    def checkpoint_tree(self, name: str, checkpoint_id: str) -> Iterator[Path]:
+        """A volume with the checkpoint's whole layer, to read while the sandbox's lock is held: the
+        checkpoint itself, except on a store whose checkpoints hold only what changed since the
+        one before (the rootless overlay store: a view of its chain, gone at the end)."""
+        yield self.checkpoint_path(name, checkpoint_id)
+
     # volumes: a directory tree we can snapshot -------------------------------------------------
     @abstractmethod
     def _make_volume(self, path: Path) -> None: ...

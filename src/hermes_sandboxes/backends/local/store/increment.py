@@ -1,31 +1,45 @@
-"""Checkpoints of an overlay layer that copy only what changed since the previous checkpoint.
+"""Chained delta checkpoints of an overlay layer: each holds only what changed since the one before.
 
-Without snapshots or reflinks (ext4), a checkpoint is a copy of the sandbox's writable layer: the
-files it changed since it was created. Copying that whole layer at every checkpoint makes a
-checkpoint after a small change cost all the earlier ones again. Here a checkpoint is made in one
-walk of the live layer: an entry unchanged since the previous checkpoint of the same layer becomes
-a hard link to that checkpoint's copy (a stat and a link: cost per file, none per byte), a changed
-one a fresh copy, and what the sandbox deleted is not there. Checkpoints are never written after
-they are made, so sharing an inode between two of them is safe; a live layer never shares one with
-a checkpoint (an in-place append would leak into it), and a restore or fork is a full copy.
+Without snapshots or reflinks (ext4), a checkpoint is a copy of the sandbox's writable layer (the
+files it changed since it was created). Copying, or even hard-linking, that whole layer at every
+checkpoint makes a checkpoint after a small change cost all the earlier changes again. Here:
 
-What changed is told by a manifest written with each checkpoint: every entry of the live layer
-then, with its inode, ctime, size, mtime and mode. The kernel moves a file's ctime on every change
-of its data or metadata and no caller can set it, so an entry that is the same inode with the same
-ctime is unchanged. A manifest only speaks for the layer it was taken of (its upper directory's
-inode): after a restore the layer is a new copy, and its first checkpoint is a full copy again.
-Directories are made anew, with the live layer's owners, modes, xattrs (``user.overlay.opaque``)
-and times.
+- the first checkpoint of a layer holds the layer in full (``upper``), as every checkpoint of
+  the other kinds and of earlier versions of this store does (a checkpoint without ``delta.json``
+  is read as full);
+- a later one holds only the entries of the live layer that changed since its parent (the
+  previous checkpoint of the same layer) and ``delta.json``: the parent's id and the paths deleted
+  since. Unchanged directories above a changed entry are there too, with their attributes;
+- a restore, a fork and a diff read the chain (full first, then each delta: its deletions, then
+  its entries, replacing whatever was at their paths, directories merged) into a fresh layer (a
+  copy) or a view (hard links to the checkpoints' own files: they never change after they are
+  made);
+- deleting a checkpoint folds it into each child (a hard-link copy of the two, swapped in for the
+  child in one exchange) before its record goes: every remaining checkpoint reads the same.
+
+What changed is told by ``state``, written with each checkpoint: every entry of the live layer
+then, by path, with its inode and ctime. The kernel moves an inode's ctime on every change of its
+data, metadata or names (write, truncate, chmod, chown, xattr, link, unlink, rename) and no caller
+can set it; overlay's copy-up makes a new inode. So an entry at the same path with the same inode
+and ctime is unchanged; before Linux 6.13 (coarse timestamps: a change right after a checkpoint
+might keep the ctime) a ctime within ``_RECENT_NS`` of the checkpoint is recorded as unknown. One
+``lstat`` per entry of the live layer (no copy, link or write per unchanged entry), then a copy per
+changed one. A state only
+speaks for the layer it was taken of (``token``, a random id the layer gets at its first
+checkpoint: a restored or forked layer is a new copy with none, so its first checkpoint is full).
 
 Runs as root of the sandbox's user namespace (``mapped``): the layer holds inner users' files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import marshal
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -33,85 +47,25 @@ from typing import Any
 from hermes_sandboxes.backends.local.store import copier
 from hermes_sandboxes.errors import SandboxError
 
-Stat = tuple[int, int, int, int, int]  # inode, ctime_ns, size, mtime_ns, mode
+STATE = "state"  # in a checkpoint: the live layer's entries when it was taken
+DELTA = "delta.json"  # in a delta checkpoint: {"parent": id, "deleted": [paths]}
+TOKEN = "token"  # in a live layer: its identity
+PARENT = "parent"  # in a live layer: the id of the checkpoint last taken of it
 
-
-def _ident(upper: Path) -> list[int]:
-    st = os.lstat(upper)
-    return [st.st_dev, st.st_ino]
-
-
-def scan(root: Path) -> dict[str, Stat]:
-    """Every entry under ``root`` (relative paths), never following a symlink."""
-    found: dict[str, Stat] = {}
-    pending = [""]
-    while pending:
-        rel = pending.pop()
-        with os.scandir(root / rel if rel else root) as entries:
-            for entry in entries:
-                st = entry.stat(follow_symlinks=False)
-                path = f"{rel}/{entry.name}" if rel else entry.name
-                found[path] = _entry(st)
-                if stat.S_ISDIR(st.st_mode):
-                    pending.append(path)
-    return found
-
-
-def _entry(st: os.stat_result) -> Stat:
-    return st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns, st.st_mode
-
-
-def _previous(candidates: list[tuple[Path, Path]], ident: list[int]) -> tuple[Path, dict[str, Stat]] | None:
-    """The newest (checkpoint, manifest) taken of this very layer, if any. Manifests are read newest
-    file first, and only those written within a second of the newest match (file times are
-    coarse: a tie is settled by the time recorded inside), not every checkpoint's."""
-    dated = []
-    for checkpoint, manifest in candidates:
-        try:
-            dated.append((os.stat(manifest).st_mtime_ns, checkpoint, manifest))
-        except OSError:
-            continue
-    dated.sort(key=lambda item: item[0], reverse=True)
-    best: tuple[int, Path, dict[str, Any]] | None = None
-    newest_match: int | None = None
-    for written, checkpoint, manifest in dated:
-        if newest_match is not None and written < newest_match - 1_000_000_000:
-            break
-        try:
-            data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("upper") != ident or not checkpoint.is_dir():
-            continue
-        newest_match = written if newest_match is None else newest_match
-        if best is None or data["taken"] > best[0]:
-            best = (data["taken"], checkpoint, data["files"])
-    if best is None:
-        return None
-    return best[1], {rel: (v[0], v[1], v[2], v[3], v[4]) for rel, v in best[2].items()}
-
-
-def checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
-    """Make ``staged`` a copy of ``layer`` and write its manifest; True when it was made from a
-    previous checkpoint (``candidates``: (checkpoint, manifest) pairs of the sandbox)."""
+def _recent_ns() -> int:
+    """How close to a checkpoint a ctime is too close to tell a later change by: none from Linux
+    6.13 (multigrain timestamps: a change after a ctime was read gets a later one), else a few ticks."""
     try:
-        return _checkpoint(layer, staged, candidates, manifest)
-    except OSError as exc:
-        raise _refusal(exc) from None
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return 20_000_000
+    return 0 if (major, minor) >= (6, 13) else 20_000_000
 
 
-def unchanged(layer: Path, manifest: Path) -> bool | None:
-    """Whether ``layer`` is entry for entry what it was when ``manifest`` was written (None: the
-    manifest speaks for another layer, or cannot be read). Costs one lstat per entry."""
-    try:
-        data = json.loads(manifest.read_text())
-    except (OSError, ValueError):
-        return None
-    upper = layer / "upper"
-    if data.get("upper") != _ident(upper):
-        return None
-    then = {rel: tuple(v) for rel, v in data["files"].items()}
-    return scan(upper) == then
+_RECENT_NS = _recent_ns()
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+Record = dict[str, tuple[int, int]]  # path under upper ("" is upper itself) -> (inode, ctime_ns or -1)
+Touched = dict[str, tuple[str | None, os.stat_result]]  # directory made or changed -> its source, its lstat
 
 
 def _refusal(exc: OSError) -> SandboxError:
@@ -121,72 +75,345 @@ def _refusal(exc: OSError) -> SandboxError:
     return SandboxError(f"copying the layer failed: {why}")
 
 
-def _checkpoint(layer: Path, staged: Path, candidates: list[tuple[Path, Path]], manifest: Path) -> bool:
-    upper = layer / "upper"
-    ident = _ident(upper)
-    previous = _previous(candidates, ident)
-    if previous is None:  # the manifest from the copy's own walk
-        seen: dict[str, os.stat_result] = {}
-        copy_layer(layer, staged, seen)
-        now = {rel[len("upper/"):]: _entry(st) for rel, st in seen.items() if rel.startswith("upper/")}
-    else:
-        now = _link_or_copy(layer, staged, previous[0], previous[1])
-    staged_manifest = manifest.with_name(f".tmp-{manifest.name}")
-    staged_manifest.write_text(json.dumps({"upper": ident, "taken": time.time_ns(), "files": now}))
-    staged_manifest.rename(manifest)
-    return previous is not None
-
-
-def copy_layer(source: Path, target: Path, seen: dict[str, os.stat_result] | None = None) -> None:
+def copy_layer(source: Path, target: Path) -> None:
     """``cp -a source target``, in-process (copier.py); SandboxError if it cannot be copied."""
     try:
-        copier.copy_tree(source, target, seen)
+        copier.copy_tree(source, target)
     except OSError as exc:
         raise _refusal(exc) from None
 
 
-def _link_or_copy(layer: Path, staged: Path, previous: Path, before: dict[str, Stat]) -> dict[str, Stat]:
-    """Make ``staged`` a copy of ``layer`` in one walk of its upper directory: each entry the same
-    as in ``before`` (the manifest of ``previous``, a checkpoint) is a hard link to that
-    checkpoint's copy, anything else a fresh copy; what was deleted since is simply not there.
-    Returns the new manifest. Costs a stat and a link per unchanged entry, a copy per changed one."""
-    os.mkdir(staged, 0o700)
-    copier.copy_tree(layer / "work", staged / "work")
-    live_root, copy_root = os.fspath(layer / "upper"), os.fspath(staged / "upper")
-    old_root = os.fspath(previous / "upper")
-    now: dict[str, Stat] = {}
+def copy_live(layer: Path, target: Path) -> None:
+    """A new layer at ``target`` with a copy of ``layer``'s files (its identity is not copied)."""
+    try:
+        os.mkdir(target, 0o700)
+        copier.copy_tree(layer / "upper", target / "upper")
+        os.mkdir(target / "work", 0o700)
+    except OSError as exc:
+        raise _refusal(exc) from None
+
+
+# records -------------------------------------------------------------------------------------
+def layer_token(layer: Path, create: bool) -> str | None:
+    try:
+        return (layer / TOKEN).read_text().strip() or None
+    except FileNotFoundError:
+        if not create:
+            return None
+    token = os.urandom(16).hex()
+    staged = layer / f".{TOKEN}-{os.getpid()}"
+    staged.write_text(token)
+    staged.rename(layer / TOKEN)
+    return token
+
+
+def read_state(checkpoint: Path) -> tuple[str, int, Record] | None:
+    """(token, taken, entries) of a checkpoint's state, or None (a full checkpoint of an earlier
+    version, or a state this Python cannot read: then it is simply not a parent)."""
+    try:
+        data = marshal.loads((checkpoint / STATE).read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or data.get("v") != 1:
+        return None
+    return data["token"], data["taken"], data["files"]
+
+
+def read_delta(checkpoint: Path) -> tuple[str, list[str]] | None:
+    """(parent id, deleted paths) of a delta checkpoint; None for a full one."""
+    try:
+        data = json.loads((checkpoint / DELTA).read_text())
+    except FileNotFoundError:
+        return None
+    return str(data["parent"]), [str(p) for p in data["deleted"]]
+
+
+def _write_delta(checkpoint: Path, parent: str, deleted: list[str]) -> None:
+    (checkpoint / DELTA).write_text(json.dumps({"parent": parent, "deleted": deleted}))
+
+
+def _ident(st: os.stat_result, taken: int) -> tuple[int, int]:
+    ctime = st.st_ctime_ns
+    return st.st_ino, (-1 if _RECENT_NS and ctime >= taken - _RECENT_NS else ctime)
+
+
+def _recorded(directory: Path, checkpoint_id: str) -> bool:
+    return (directory / checkpoint_id).is_dir() and (directory / f"{checkpoint_id}.json").exists()
+
+
+def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record] | None:
+    """The checkpoint last taken of this very layer (the layer's pointer, else the newest state
+    with its token), with its state; None if it has none."""
+    with contextlib.suppress(OSError):
+        pointed = (layer / PARENT).read_text().strip()
+        if pointed and _recorded(directory, pointed):
+            state = read_state(directory / pointed)
+            if state is not None and state[0] == token:
+                return pointed, state[2]
+    best: tuple[int, str, Record] | None = None
+    for entry in os.scandir(directory):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        if not (directory / f"{entry.name}.json").exists():
+            continue
+        state = read_state(Path(entry.path))
+        if state is not None and state[0] == token and (best is None or state[1] > best[0]):
+            best = (state[1], entry.name, state[2])
+    return None if best is None else (best[1], best[2])
+
+
+# a checkpoint --------------------------------------------------------------------------------
+def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
+    """Make ``staged`` (in the checkpoints ``directory``) a checkpoint of ``layer``: a delta on the
+    previous checkpoint of this layer if there is one (its id is returned), else the layer in full."""
+    try:
+        token = layer_token(layer, create=True)
+        assert token is not None
+        parent = _parent(layer, directory, token)
+        taken = time.time_ns()
+        os.mkdir(staged, 0o700)
+        os.mkdir(staged / "work", 0o700)
+        upper = layer / "upper"
+        if parent is None:
+            seen: dict[str, os.stat_result] = {}
+            copier.copy_tree(upper, staged / "upper", seen)
+            files = {rel: _ident(st, taken) for rel, st in seen.items()}
+            files[""] = _ident(os.lstat(upper), taken)
+        else:
+            files, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], taken)
+            _write_delta(staged, parent[0], deleted)
+        (staged / STATE).write_bytes(marshal.dumps({"v": 1, "token": token, "taken": taken, "files": files}))
+        return None if parent is None else parent[0]
+    except OSError as exc:
+        raise _refusal(exc) from None
+
+
+def _delta(upper: str, out: str, before: Record, taken: int) -> tuple[Record, list[str]]:
+    """Copy into ``out`` every entry of ``upper`` not as in ``before`` (with the directories above
+    it); the new record and what was deleted (top-most paths only)."""
+    root_st = os.lstat(upper)
+    now: Record = {"": _ident(root_st, taken)}
+    dirs: dict[str, os.stat_result] = {"": root_st}
+    os.mkdir(out, 0o700)
+    made: Touched = {"": (upper, root_st)}
     links: dict[tuple[int, int], copier.StrPath] = {}
-    os.mkdir(copy_root, 0o700)
-    dirs = [(live_root, copy_root, os.lstat(live_root))]
+
+    def ensure(rel: str) -> None:  # the directory rel (and those above it) in out
+        missing = []
+        while rel not in made:
+            missing.append(rel)
+            rel = rel.rpartition("/")[0]
+        for rel in reversed(missing):
+            os.mkdir(f"{out}/{rel}", 0o700)
+            made[rel] = (f"{upper}/{rel}", dirs[rel])
+
     pending = [""]
     while pending:
         rel = pending.pop()
-        with os.scandir(f"{live_root}/{rel}" if rel else live_root) as entries:
+        fd = os.open(f"{upper}/{rel}" if rel else upper, _DIR)
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    path = f"{rel}/{entry.name}" if rel else entry.name
+                    st = entry.stat(follow_symlinks=False)
+                    now[path] = ident = _ident(st, taken)
+                    is_dir = stat.S_ISDIR(st.st_mode)
+                    if is_dir:
+                        dirs[path] = st
+                        pending.append(path)
+                    if ident[1] >= 0 and before.get(path) == ident:
+                        continue  # unchanged: the parent's chain has it
+                    ensure(rel)
+                    if is_dir:
+                        os.mkdir(f"{out}/{path}", 0o700)
+                        made[path] = (f"{upper}/{path}", st)
+                    else:
+                        copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
+        finally:
+            os.close(fd)
+    for copy, (source, st) in made.items():
+        copier.set_attributes(f"{out}/{copy}" if copy else out, st, source_path=source)
+    gone = [p for p in before if p not in now]
+    gone_set = set(gone)
+    return now, sorted(p for p in gone if p.rpartition("/")[0] not in gone_set)
+
+
+def changed_since(layer: Path, checkpoint: Path) -> bool | None:
+    """Whether ``layer`` differs from what it was when ``checkpoint`` was taken of it (None: that
+    checkpoint was not taken of this layer, or has no state). One lstat per entry at most."""
+    state = read_state(checkpoint)
+    if state is None or state[0] != layer_token(layer, create=False):
+        return None
+    before = state[2]
+    upper = os.fspath(layer / "upper")
+    if not _same(before.get(""), os.lstat(upper)):
+        return True
+    count, pending = 1, [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(f"{upper}/{rel}" if rel else upper) as entries:
             for entry in entries:
                 path = f"{rel}/{entry.name}" if rel else entry.name
                 st = entry.stat(follow_symlinks=False)
-                now[path] = found = _entry(st)
-                copy = f"{copy_root}/{path}"
+                if not _same(before.get(path), st):
+                    return True
+                count += 1
                 if stat.S_ISDIR(st.st_mode):
-                    os.mkdir(copy, 0o700)
-                    dirs.append((entry.path, copy, st))
                     pending.append(path)
-                    continue
-                if before.get(path) == found and _linked(f"{old_root}/{path}", copy):
-                    continue  # the same inode, unchanged: the previous copy serves
-                copier.copy_entry(entry.path, copy, st, links)
-    for source, copy, st in reversed(dirs):  # deepest first: filling a directory moved its times
-        copier.set_attributes(copy, st, source_path=source)
-    copier.set_attributes(staged, os.lstat(layer), source_path=layer)
-    return now
+    return count != len(before)
 
 
-def _linked(old: str, new: str) -> bool:
-    """Hard-link ``old`` as ``new``; False when that copy is gone or has all the links it can."""
+def _same(recorded: tuple[int, int] | None, st: os.stat_result) -> bool:
+    return recorded is not None and recorded[1] >= 0 and recorded == (st.st_ino, st.st_ctime_ns)
+
+
+# reading a chain -----------------------------------------------------------------------------
+def chain(directory: Path, checkpoint_id: str) -> list[Path]:
+    """The checkpoints ``checkpoint_id`` is made of, the full one first."""
+    found: list[Path] = []
+    current = checkpoint_id
+    while True:
+        path = directory / current
+        if not path.is_dir():
+            raise SandboxError(f"checkpoint {checkpoint_id} is unreadable: {current}, of its chain, is missing")
+        found.append(path)
+        delta = read_delta(path)
+        if delta is None:
+            return found[::-1]
+        current = delta[0]
+        if len(found) > 100_000 or any(p.name == current for p in found):
+            raise SandboxError(f"checkpoint {checkpoint_id} is unreadable: its chain loops")
+
+
+def materialize(directory: Path, checkpoint_id: str, target: Path, link: bool) -> None:
+    """``target``: a layer (upper, empty work) with the files of the checkpoint, copies (a new
+    layer) or hard links to the checkpoints' own files (``link``: a view, to be read only)."""
     try:
-        os.link(old, new, follow_symlinks=False)
+        os.mkdir(target, 0o700)
+        os.mkdir(target / "work", 0o700)
+        out = os.fspath(target / "upper")
+        touched: Touched = {}
+        for checkpoint in chain(directory, checkpoint_id):
+            delta = read_delta(checkpoint)
+            for rel in delta[1] if delta else ():
+                _remove_at(out, rel, touched)
+            _apply(os.fspath(checkpoint / "upper"), out, touched, link)
+        _settle(touched)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.EMLINK):
-            return False
-        raise
-    return True
+        raise _refusal(exc) from None
+
+
+def fold(directory: Path, checkpoint_id: str, child: str, staged: Path) -> None:
+    """``staged``: ``child`` made independent of ``checkpoint_id`` (its parent), which is to be
+    deleted: the two merged (hard links), a delta on the parent's parent or full as the parent was."""
+    parent, kid = directory / checkpoint_id, directory / child
+    above, below = read_delta(parent), read_delta(kid)
+    if below is None or below[0] != checkpoint_id:
+        raise SandboxError(f"checkpoint {child} is not a delta on {checkpoint_id}")
+    try:
+        os.mkdir(staged, 0o700)
+        os.mkdir(staged / "work", 0o700)
+        out = os.fspath(staged / "upper")
+        touched: Touched = {}
+        _apply(os.fspath(parent / "upper"), out, touched, link=True)
+        for rel in below[1]:
+            _remove_at(out, rel, touched)
+        _apply(os.fspath(kid / "upper"), out, touched, link=True)
+        _settle(touched)
+        os.link(kid / STATE, staged / STATE)
+        if above is not None:
+            _write_delta(staged, above[0], sorted({*above[1], *below[1]}))
+    except OSError as exc:
+        raise _refusal(exc) from None
+
+
+def children(directory: Path, checkpoint_id: str) -> list[str]:
+    """The checkpoints that are deltas on ``checkpoint_id``."""
+    found = []
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                delta = read_delta(Path(entry.path))
+                if delta is not None and delta[0] == checkpoint_id:
+                    found.append(entry.name)
+    return sorted(found)
+
+
+def _apply(source: str, out: str, touched: Touched, link: bool) -> None:
+    """Put every entry of ``source`` at its place under ``out``: a directory merged with one
+    already there, anything else replacing what is there."""
+    links: dict[tuple[int, int], copier.StrPath] = {}
+    pending = [("", False)]  # (path, whether its directory is new here: nothing to replace in it)
+    while pending:
+        rel, fresh = pending.pop()
+        src, dst = (f"{source}/{rel}", f"{out}/{rel}") if rel else (source, out)
+        st = os.lstat(src)
+        if stat.S_ISDIR(st.st_mode):
+            made = fresh
+            if fresh:
+                os.mkdir(dst, 0o700)
+            else:
+                try:
+                    here = os.lstat(dst)
+                except FileNotFoundError:
+                    os.mkdir(dst, 0o700)
+                    made = True
+                else:
+                    if not stat.S_ISDIR(here.st_mode):
+                        _remove(dst)
+                        os.mkdir(dst, 0o700)
+                        made = True
+            touched[dst] = (src, st)
+            with os.scandir(src) as entries:
+                pending.extend((f"{rel}/{e.name}" if rel else e.name, made) for e in entries)
+            continue
+        if not fresh and os.path.lexists(dst):
+            _remove(dst)
+        if link:
+            try:
+                os.link(src, dst, follow_symlinks=False)
+                continue
+            except OSError as exc:
+                if exc.errno != errno.EMLINK:
+                    raise
+        copier.copy_entry(src, dst, st, links)
+
+
+def _remove_at(out: str, rel: str, touched: Touched) -> None:
+    """Delete ``rel`` (and what is under it) from ``out``; its directory keeps its times."""
+    path = f"{out}/{rel}"
+    if not os.path.lexists(path):
+        return
+    above = os.path.dirname(path)
+    if above not in touched:
+        touched[above] = (None, os.lstat(above))
+    _remove(path)
+
+
+def _remove(path: str) -> None:
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        done = subprocess.run(["rm", "-rf", "--", path], capture_output=True, text=True)  # any depth
+        if done.returncode != 0:
+            raise SandboxError(f"removing {path} failed: {done.stderr.strip()[-300:]}")
+    else:
+        os.unlink(path)
+
+
+def _settle(touched: Touched) -> None:
+    """The directories' own attributes, once their entries are all in place (the xattrs exactly
+    the source's: an opaque marker may come or go)."""
+    for path, (source, st) in touched.items():
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue  # replaced by a later checkpoint's file
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # deleted by a later checkpoint (or what held it was)
+        if source is not None:
+            copier.copy_dir_xattrs(Path(source), Path(path))
+        copier.set_attributes(path, st, source_path=None)
+
+
+def describe(checkpoint: Path) -> dict[str, Any]:
+    """What a checkpoint is made of (for tests and ``store`` output): full, or its parent."""
+    delta = read_delta(checkpoint)
+    return {"full": delta is None, "parent": None if delta is None else delta[0]}

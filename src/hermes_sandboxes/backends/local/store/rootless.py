@@ -34,12 +34,15 @@ import errno
 import fcntl
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
+from hermes_sandboxes.backends.local.guest import syscalls as sc
 from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, treediff
 from hermes_sandboxes.backends.local.store.base import PinnedLayer, Store, tree_bytes
 from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import FileChange
+from hermes_sandboxes.util import failpoints
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _IOW_4096 = 0x50009400
@@ -52,7 +55,7 @@ _FICLONE = 0x40049409  # _IOW(0x94, 9, int)
 _RDONLY = 1 << 1
 _SUBVOL_ROOT_INO = 256
 KINDS = ("subvolume", "reflink", "overlay")
-_MANIFEST = ".manifest"  # beside an overlay store's checkpoint: what its layer held (increment.py)
+_MANIFEST = ".manifest"  # beside an earlier version's overlay checkpoint: what its layer held
 DISK_LIMIT_REFUSAL = ("disk limits need root mode: every quota this store's filesystem has (btrfs qgroups, "
                       "XFS or ext4 project quotas) can only be set by root; create the sandbox without "
                       "a disk limit")
@@ -145,7 +148,7 @@ class RootlessStore(Store):
 class OverlayStore(RootlessStore):
     kind = "overlay"
     cheap = False
-    incremental = True  # checkpoints link what the previous one has unchanged (increment.py)
+    incremental = True  # chained delta checkpoints (increment.py)
 
     def __init__(self, home: Path) -> None:
         super().__init__(home)
@@ -154,8 +157,8 @@ class OverlayStore(RootlessStore):
     @property
     def description(self) -> str:
         return (f"overlay layers on {self.fstype}: a layer holds copies of the files the sandbox changed; a "
-                "checkpoint copies what changed since the previous one and links the rest, a restore copies "
-                "the layer (never the base)")
+                "checkpoint copies what changed since the previous one (a delta on it), a restore copies "
+                "the checkpoint's files (never the base)")
 
     def ensure(self) -> None:
         super().ensure()
@@ -167,38 +170,79 @@ class OverlayStore(RootlessStore):
     def _copy_volume(self, source: Path, target: Path, *, readonly: bool, group: int | None = None) -> None:
         if group is not None:
             raise Unsupported(DISK_LIMIT_REFUSAL)
-        if readonly and self.incremental:  # a checkpoint (staged in the checkpoints directory)
-            directory = target.parent
-            candidates = [(directory / p.name.removesuffix(_MANIFEST), p) for p in directory.glob(f"*{_MANIFEST}")
-                          if not p.name.startswith(".")]
-            mapped.call(increment.checkpoint, source, target, candidates, target.with_name(target.name + _MANIFEST))
-        else:
+        if not self.incremental:
             self._copy(source, target)
+        elif readonly:  # a checkpoint (staged in the checkpoints directory)
+            mapped.call(increment.checkpoint, source, target, target.parent)
+        elif source.parent.name == "checkpoints":  # a restore or a fork of a checkpoint: its chain
+            mapped.call(increment.materialize, source.parent, source.name, target, False)
+        else:  # a fork of the live layer
+            mapped.call(increment.copy_live, source, target)
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
         super().snapshot(name, checkpoint_id)
-        # the checkpoint first, then its manifest: a manifest never names a missing checkpoint for long
-        staged = self.checkpoints_dir(name) / f".tmp-{checkpoint_id}{_MANIFEST}"
-        if staged.exists():
-            staged.rename(self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}")
+        if self.incremental:  # the next checkpoint's parent (read with care: this write may never happen)
+            pointer = self.layer(name) / increment.PARENT
+            staged = pointer.with_name(f".{increment.PARENT}-{os.getpid()}")
+            staged.write_text(checkpoint_id)
+            staged.rename(pointer)
+
+    @contextlib.contextmanager
+    def checkpoint_tree(self, name: str, checkpoint_id: str) -> Iterator[Path]:
+        path = self.checkpoint_path(name, checkpoint_id)
+        if not self.incremental or not (path / increment.DELTA).exists():
+            yield path
+            return
+        view = self.sandbox_dir(name) / f".view-{checkpoint_id}-{os.urandom(4).hex()}"
+        try:
+            mapped.call(increment.materialize, path.parent, checkpoint_id, view, True)
+            yield view
+        finally:
+            self._remove_tree(view)
 
     def changed_since(self, name: str, checkpoint_id: str) -> bool | None:
-        """From the checkpoint's manifest: False when no entry of the live layer changed since (an
+        """From the checkpoint's state: False when no entry of the live layer changed since (an
         automatic checkpoint can then reuse it); None for a layer it was not taken of."""
-        manifest = self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}"
-        if not self.incremental or not manifest.exists():
+        if not self.incremental:
             return None
-        same = mapped.call(increment.unchanged, self.layer(name), manifest)
-        return None if same is None else not same
+        return mapped.call(increment.changed_since, self.layer(name), self.checkpoint_path(name, checkpoint_id))
 
     def delete_checkpoint(self, name: str, checkpoint_id: str) -> None:
-        (self.checkpoints_dir(name) / f"{checkpoint_id}{_MANIFEST}").unlink(missing_ok=True)
-        super().delete_checkpoint(name, checkpoint_id)
+        """Fold the checkpoint into each delta on it first (each swapped in whole), then drop its
+        record, then its files: killed at any point, every checkpoint still listed reads the same."""
+        directory = self.checkpoints_dir(name)
+        (directory / f"{checkpoint_id}{_MANIFEST}").unlink(missing_ok=True)  # an earlier version's
+        if self.incremental and (directory / checkpoint_id).is_dir():
+            for child in mapped.call(increment.children, directory, checkpoint_id):
+                staged = directory / f".tmp-fold-{child}-{os.urandom(4).hex()}"
+                mapped.call(increment.fold, directory, checkpoint_id, child, staged)
+                failpoints.pause("fold-staged")
+                sc.rename_exchange(str(staged), str(directory / child))
+                failpoints.pause("fold-exchanged")
+                self._remove_volume(staged)  # the child as it was
+            self._repoint(name, checkpoint_id)
+        with contextlib.suppress(FileNotFoundError):
+            (directory / f"{checkpoint_id}.json").unlink()
+        failpoints.pause("checkpoint-unrecorded")
+        self._remove_volume(directory / checkpoint_id)
+
+    def _repoint(self, name: str, checkpoint_id: str) -> None:
+        """A layer whose last checkpoint is going gets that one's parent as its next parent."""
+        pointer = self.layer(name) / increment.PARENT
+        with contextlib.suppress(OSError):
+            if pointer.read_text().strip() == checkpoint_id:
+                delta = increment.read_delta(self.checkpoint_path(name, checkpoint_id))
+                if delta is None:
+                    pointer.unlink()
+                else:
+                    staged = pointer.with_name(f".{increment.PARENT}-{os.getpid()}")
+                    staged.write_text(delta[0])
+                    staged.rename(pointer)
 
     def gc(self, name: str) -> None:
         super().gc(name)
         directory = self.checkpoints_dir(name)
-        if directory.is_dir():  # manifests of checkpoints that are gone (or were never finished)
+        if directory.is_dir():  # manifests of an earlier version's checkpoints that are gone
             for manifest in directory.glob(f"*{_MANIFEST}"):
                 if not (directory / manifest.name.removesuffix(_MANIFEST)).is_dir():
                     manifest.unlink(missing_ok=True)
