@@ -11,8 +11,9 @@ measured as that user (this file's ``worker``), the root numbers by root in the 
   ``subvolume`` store against root's btrfs image store.
 - ext4: a new sandbox's checkpoint after it changed N bytes (rootless ``overlay`` store: the layer
   holds only the changed files) against a plain ``cp -a`` of those files by the same user, and
-  root's copy store for reference; and a checkpoint after 1 MB more changes on top of 100 MB
-  checkpointed earlier (the overlay store links what the previous checkpoint has unchanged). The
+  root's copy store for reference; and a checkpoint after 1 MB / 10 MB more changes on top of 100 MB
+  (1600 files) checkpointed earlier, and 1 MB on top of 10 MB (160 files): the overlay store's
+  checkpoint is then a delta on the one before (increment.py). The
   base is no input of a checkpoint on any store: its size cannot show in these numbers.
 - exec round trip of ``true`` and create + first exec, root mode and rootless (the rootless
   sandbox on the user's btrfs store, on the rootless base unpacked from the machine's cached
@@ -146,35 +147,45 @@ def bench_changed(store: Any, scratch: Path, changes: dict[str, int], reps: int)
     return rows
 
 
-def bench_after_earlier(store: Any, scratch: Path, reps: int) -> dict[str, Any]:
-    """1 MB changed after 100 MB changed and checkpointed earlier: what the next checkpoint costs
-    (the overlay store links what the previous checkpoint has unchanged), against cp -a of the 1 MB."""
-    name = "earlier"
-    store.create_layer(name)
-    try:
-        upper = store.layer(name) / "upper"
-        _populate(upper, 100 << 20, 1600)
-        _checkpoint(store, name, "earlier")
-        times: list[float] = []
-        copy: list[float] = []
-        for i in range(reps):
-            fresh = upper / f"new{i}"
-            fresh.mkdir()
-            for j in range(16):
-                (fresh / f"f{j}").write_bytes(os.urandom(CHUNK))
-            shutil.copytree(fresh, scratch / "ref", symlinks=True)
-            _sync(scratch)
-            _sync(upper)
-            cp = ["cp", "-a", str(scratch / "ref"), str(scratch / "copy")]
-            _both(i, copy, functools.partial(subprocess.run, cp, check=True),
-                  times, functools.partial(_checkpoint, store, name, f"ck{i}"))
-            shutil.rmtree(scratch / "ref")
-            shutil.rmtree(scratch / "copy")
-        return {"checkpoint_p50_ms": ms(times), "cp_a_changed_p50_ms": ms(copy),
-                "ratio": round(statistics.median(times) / statistics.median(copy), 2), "samples": reps,
-                "earlier_layer": "100 MB in 1600 files"}
-    finally:
-        store.remove_sandbox(name)
+AFTER = {"1MB after 100MB": (16, 100 << 20, 1600), "10MB after 100MB": (160, 100 << 20, 1600),
+         "1MB after 10MB": (16, 10 << 20, 160)}
+QUICK_AFTER = {"1MB after 100MB": (16, 100 << 20, 1600)}
+
+
+def bench_after_earlier(store: Any, scratch: Path, reps: int, cases: dict[str, tuple[int, int, int]]) -> dict[str, Any]:
+    """N bytes changed (files of 64 KiB in a new directory) after a layer of earlier changes was
+    checkpointed: what each next checkpoint costs (the overlay store's is a delta on the one
+    before: a look at each entry of the layer, a copy of the changed ones), against cp -a of the
+    changed files; the same change after a smaller earlier layer shows what the layer's size adds."""
+    rows: dict[str, Any] = {}
+    for label, (files, size, count) in cases.items():
+        name = "earlier"
+        store.create_layer(name)
+        try:
+            upper = store.layer(name) / "upper"
+            _populate(upper, size, count)
+            _checkpoint(store, name, "earlier")
+            times: list[float] = []
+            copy: list[float] = []
+            for i in range(reps):
+                fresh = upper / f"new{i}"
+                fresh.mkdir()
+                for j in range(files):
+                    (fresh / f"f{j}").write_bytes(os.urandom(CHUNK))
+                shutil.copytree(fresh, scratch / "ref", symlinks=True)
+                _sync(scratch)
+                _sync(upper)
+                cp = ["cp", "-a", str(scratch / "ref"), str(scratch / "copy")]
+                _both(i, copy, functools.partial(subprocess.run, cp, check=True),
+                      times, functools.partial(_checkpoint, store, name, f"ck{i}"))
+                shutil.rmtree(scratch / "ref")
+                shutil.rmtree(scratch / "copy")
+            rows[label] = {"checkpoint_p50_ms": ms(times), "cp_a_changed_p50_ms": ms(copy),
+                           "ratio": round(statistics.median(times) / statistics.median(copy), 2), "samples": reps,
+                           "earlier_layer": f"{size >> 20} MB in {count} files", "changed_files": files}
+        finally:
+            store.remove_sandbox(name)
+    return rows
 
 
 def bench_exec(home: Path, reps: int, creates: int) -> dict[str, Any]:
@@ -223,7 +234,8 @@ def worker(kind: str, home: str, quick: bool, tarball: str | None) -> dict[str, 
         scratch = Path(home) / "scratch"
         scratch.mkdir()
         out["changed"] = bench_changed(store, scratch, QUICK_CHANGES if quick else CHANGES, 3 if quick else 7)
-        out["after_earlier_changes"] = bench_after_earlier(store, scratch, 3 if quick else 5)
+        out["after_earlier_changes"] = bench_after_earlier(store, scratch, 3 if quick else 7,
+                                                           QUICK_AFTER if quick else AFTER)
     return out
 
 
@@ -261,6 +273,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results" / "rootless.json"))
+    parser.add_argument("--ext4-only", action="store_true", help="the rootless ext4 figures alone")
     parser.add_argument("--worker", nargs=2, metavar=("KIND", "HOME"), help=argparse.SUPPRESS)
     parser.add_argument("--tarball", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -280,6 +293,8 @@ def main() -> None:
     rootless: dict[str, Any] = {}
     with unprivileged_user("hs-rootstore-bench") as user:
         for kind, fs in (("btrfs", "btrfs-bench"), ("ext4", "ext4")):
+            if args.ext4_only and kind != "ext4":
+                continue
             with user_filesystem(fs, user, size="4G") as mountpoint:
                 home = mountpoint / "home"
                 home.mkdir()
@@ -288,7 +303,7 @@ def main() -> None:
                 rootless[kind] = user.run("--worker", kind, str(home), *extra, timeout=3600,
                                           module="benchmarks.bench_rootless")
     result["rootless"] = rootless
-    result["root"] = _root_side(args.quick)
+    result["root"] = {} if args.ext4_only else _root_side(args.quick)
     result["load_after"] = _uptime()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
@@ -298,18 +313,24 @@ def main() -> None:
 def _print_rows(result: dict[str, Any]) -> None:
     root, rootless = result["root"], result["rootless"]
     print(f"load: {result['load_before']} / {result['load_after']}")
-    print("| layer | rootless subvolume checkpoint | restore | root btrfs checkpoint | restore |")
-    print("| --- | --- | --- | --- | --- |")
-    for label, row in rootless["btrfs"]["snapshots"].items():
-        other = root["btrfs_snapshots"][label]
-        print(f"| {label} | {row['checkpoint_p50_ms']} ms | {row['restore_p50_ms']} ms | "
-              f"{other['checkpoint_p50_ms']} ms | {other['restore_p50_ms']} ms |")
+    if "btrfs" in rootless:
+        print("| layer | rootless subvolume checkpoint | restore | root btrfs checkpoint | restore |")
+        print("| --- | --- | --- | --- | --- |")
+        for label, row in rootless["btrfs"]["snapshots"].items():
+            other = root["btrfs_snapshots"][label]
+            print(f"| {label} | {row['checkpoint_p50_ms']} ms | {row['restore_p50_ms']} ms | "
+                  f"{other['checkpoint_p50_ms']} ms | {other['restore_p50_ms']} ms |")
     print("| changed | rootless overlay checkpoint | cp -a of the changed files | ratio | root copy store |")
     print("| --- | --- | --- | --- | --- |")
     for label, row in rootless["ext4"]["changed"].items():
-        other = root["copy_changed"][label]
+        other = root.get("copy_changed", {}).get(label, {}).get("checkpoint_p50_ms", "-")
         print(f"| {label} | {row['checkpoint_p50_ms']} ms | {row['cp_a_changed_p50_ms']} ms | {row['ratio']}x | "
-              f"{other['checkpoint_p50_ms']} ms |")
+              f"{other} ms |")
+    for label, row in rootless["ext4"]["after_earlier_changes"].items():
+        print(f"| {label} ({row['earlier_layer']}) | {row['checkpoint_p50_ms']} ms | {row['cp_a_changed_p50_ms']} ms | "
+              f"{row['ratio']}x | |")
+    if "btrfs" not in rootless:
+        return
     mine, theirs = rootless["btrfs"]["exec"], root["exec"]
     if "exec_p50_ms" in mine and "exec_p50_ms" in theirs:
         print(f"| exec round trip of true, rootless / root | {mine['exec_p50_ms']} / {theirs['exec_p50_ms']} ms = "

@@ -64,7 +64,8 @@ def _recent_ns() -> int:
 
 _RECENT_NS = _recent_ns()
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-Record = dict[str, tuple[int, int]]  # path under upper ("" is upper itself) -> (inode, ctime_ns or -1)
+Ident = tuple[int, int]  # inode, ctime_ns (-1: too recent to tell a later change by)
+Record = dict[str, dict[str, Ident]]  # each directory under upper ("" is upper) -> its entries' names -> Ident
 Touched = dict[str, tuple[str | None, os.stat_result]]  # directory made or changed -> its source, its lstat
 
 
@@ -107,16 +108,17 @@ def layer_token(layer: Path, create: bool) -> str | None:
     return token
 
 
-def read_state(checkpoint: Path) -> tuple[str, int, Record] | None:
-    """(token, taken, entries) of a checkpoint's state, or None (a full checkpoint of an earlier
-    version, or a state this Python cannot read: then it is simply not a parent)."""
+def read_state(checkpoint: Path) -> tuple[str, int, Ident, Record] | None:
+    """(token, taken, upper's own ident, entries by directory) of a checkpoint's state, or None (a
+    full checkpoint of an earlier version, or a state this Python cannot read: then it is simply
+    not a parent)."""
     try:
         data = marshal.loads((checkpoint / STATE).read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    if not isinstance(data, dict) or data.get("v") != 1:
+    if not isinstance(data, dict) or data.get("v") != 2:
         return None
-    return data["token"], data["taken"], data["files"]
+    return data["token"], data["taken"], data["root"], data["dirs"]
 
 
 def read_delta(checkpoint: Path) -> tuple[str, list[str]] | None:
@@ -132,7 +134,7 @@ def _write_delta(checkpoint: Path, parent: str, deleted: list[str]) -> None:
     (checkpoint / DELTA).write_text(json.dumps({"parent": parent, "deleted": deleted}))
 
 
-def _ident(st: os.stat_result, taken: int) -> tuple[int, int]:
+def _ident(st: os.stat_result, taken: int) -> Ident:
     ctime = st.st_ctime_ns
     return st.st_ino, (-1 if _RECENT_NS and ctime >= taken - _RECENT_NS else ctime)
 
@@ -145,11 +147,11 @@ def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record] | No
     """The checkpoint last taken of this very layer (the layer's pointer, else the newest state
     with its token), with its state; None if it has none."""
     with contextlib.suppress(OSError):
-        pointed = (layer / PARENT).read_text().strip()
-        if pointed and _recorded(directory, pointed):
+        pointed = os.readlink(layer / PARENT)
+        if _recorded(directory, pointed):
             state = read_state(directory / pointed)
             if state is not None and state[0] == token:
-                return pointed, state[2]
+                return pointed, state[3]
     best: tuple[int, str, Record] | None = None
     for entry in os.scandir(directory):
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
@@ -158,8 +160,25 @@ def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record] | No
             continue
         state = read_state(Path(entry.path))
         if state is not None and state[0] == token and (best is None or state[1] > best[0]):
-            best = (state[1], entry.name, state[2])
+            best = (state[1], entry.name, state[3])
     return None if best is None else (best[1], best[2])
+
+
+def point_to(layer: Path, checkpoint_id: str) -> None:
+    """Make ``checkpoint_id`` the layer's next parent (a symlink: replacing a file by rename
+    makes ext4 write it out first, which costs more than the rest of a small checkpoint)."""
+    staged = layer / f".{PARENT}-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        staged.unlink()
+    os.symlink(checkpoint_id, staged)
+    staged.rename(layer / PARENT)
+
+
+def pointed(layer: Path) -> str | None:
+    try:
+        return os.readlink(layer / PARENT)
+    except OSError:
+        return None
 
 
 # a checkpoint --------------------------------------------------------------------------------
@@ -174,15 +193,21 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
         os.mkdir(staged, 0o700)
         os.mkdir(staged / "work", 0o700)
         upper = layer / "upper"
+        root = _ident(os.lstat(upper), taken)
         if parent is None:
             seen: dict[str, os.stat_result] = {}
             copier.copy_tree(upper, staged / "upper", seen)
-            files = {rel: _ident(st, taken) for rel, st in seen.items()}
-            files[""] = _ident(os.lstat(upper), taken)
+            dirs: Record = {"": {}}
+            for rel, st in seen.items():
+                above, _, name = rel.rpartition("/")
+                dirs.setdefault(above, {})[name] = _ident(st, taken)
+                if stat.S_ISDIR(st.st_mode):
+                    dirs.setdefault(rel, {})
         else:
-            files, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], taken)
+            dirs, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], taken)
             _write_delta(staged, parent[0], deleted)
-        (staged / STATE).write_bytes(marshal.dumps({"v": 1, "token": token, "taken": taken, "files": files}))
+        state = {"v": 2, "token": token, "taken": taken, "root": root, "dirs": dirs}
+        (staged / STATE).write_bytes(marshal.dumps(state))
         return None if parent is None else parent[0]
     except OSError as exc:
         raise _refusal(exc) from None
@@ -190,13 +215,16 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
 
 def _delta(upper: str, out: str, before: Record, taken: int) -> tuple[Record, list[str]]:
     """Copy into ``out`` every entry of ``upper`` not as in ``before`` (with the directories above
-    it); the new record and what was deleted (top-most paths only)."""
+    it); the new record and what was deleted (top-most paths only). A directory the same as
+    before (inode and ctime: no entry added, removed or renamed in it) lost nothing; its entries
+    are each looked at all the same (a write in place moves no directory's times)."""
     root_st = os.lstat(upper)
-    now: Record = {"": _ident(root_st, taken)}
     dirs: dict[str, os.stat_result] = {"": root_st}
     os.mkdir(out, 0o700)
     made: Touched = {"": (upper, root_st)}
     links: dict[tuple[int, int], copier.StrPath] = {}
+    now: Record = {}
+    deleted: list[str] = []
 
     def ensure(rel: str) -> None:  # the directory rel (and those above it) in out
         missing = []
@@ -207,35 +235,43 @@ def _delta(upper: str, out: str, before: Record, taken: int) -> tuple[Record, li
             os.mkdir(f"{out}/{rel}", 0o700)
             made[rel] = (f"{upper}/{rel}", dirs[rel])
 
-    pending = [""]
+    recent = taken - _RECENT_NS if _RECENT_NS else None
+    # (directory, its entries then, whether it is the same directory as then)
+    pending: list[tuple[str, dict[str, Ident], bool]] = [("", before.get("", {}), False)]
     while pending:
-        rel = pending.pop()
+        rel, then, same_dir = pending.pop()
+        mine: dict[str, Ident] = {}
         fd = os.open(f"{upper}/{rel}" if rel else upper, _DIR)
         try:
             with os.scandir(fd) as entries:
-                for entry in entries:
-                    path = f"{rel}/{entry.name}" if rel else entry.name
+                for entry in entries:  # the cost of a checkpoint of a big layer: kept lean
+                    name = entry.name
                     st = entry.stat(follow_symlinks=False)
-                    now[path] = ident = _ident(st, taken)
-                    is_dir = stat.S_ISDIR(st.st_mode)
-                    if is_dir:
+                    ctime = st.st_ctime_ns
+                    if recent is not None and ctime >= recent:
+                        ctime = -1
+                    mine[name] = ident = (st.st_ino, ctime)
+                    same = then.get(name) == ident and ctime >= 0
+                    if entry.is_dir(follow_symlinks=False):
+                        path = f"{rel}/{name}" if rel else name
                         dirs[path] = st
-                        pending.append(path)
-                    if ident[1] >= 0 and before.get(path) == ident:
-                        continue  # unchanged: the parent's chain has it
-                    ensure(rel)
-                    if is_dir:
-                        os.mkdir(f"{out}/{path}", 0o700)
-                        made[path] = (f"{upper}/{path}", st)
-                    else:
+                        pending.append((path, before.get(path, {}), same))
+                        if not same:
+                            ensure(rel)
+                            os.mkdir(f"{out}/{path}", 0o700)
+                            made[path] = (f"{upper}/{path}", st)
+                    elif not same:
+                        path = f"{rel}/{name}" if rel else name
+                        ensure(rel)
                         copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
         finally:
             os.close(fd)
+        now[rel] = mine
+        if not same_dir:
+            deleted.extend(f"{rel}/{name}" if rel else name for name in then if name not in mine)
     for copy, (source, st) in made.items():
         copier.set_attributes(f"{out}/{copy}" if copy else out, st, source_path=source)
-    gone = [p for p in before if p not in now]
-    gone_set = set(gone)
-    return now, sorted(p for p in gone if p.rpartition("/")[0] not in gone_set)
+    return now, sorted(deleted)
 
 
 def changed_since(layer: Path, checkpoint: Path) -> bool | None:
@@ -244,23 +280,28 @@ def changed_since(layer: Path, checkpoint: Path) -> bool | None:
     state = read_state(checkpoint)
     if state is None or state[0] != layer_token(layer, create=False):
         return None
-    before = state[2]
+    before = state[3]
     upper = os.fspath(layer / "upper")
-    if not _same(before.get(""), os.lstat(upper)):
+    if not _same(state[2], os.lstat(upper)):
         return True
-    count, pending = 1, [""]
+    pending = [""]
     while pending:
         rel = pending.pop()
+        then = before.get(rel)
+        if then is None:
+            return True
+        count = 0
         with os.scandir(f"{upper}/{rel}" if rel else upper) as entries:
             for entry in entries:
-                path = f"{rel}/{entry.name}" if rel else entry.name
                 st = entry.stat(follow_symlinks=False)
-                if not _same(before.get(path), st):
+                if not _same(then.get(entry.name), st):
                     return True
                 count += 1
                 if stat.S_ISDIR(st.st_mode):
-                    pending.append(path)
-    return count != len(before)
+                    pending.append(f"{rel}/{entry.name}" if rel else entry.name)
+        if count != len(then):
+            return True
+    return False
 
 
 def _same(recorded: tuple[int, int] | None, st: os.stat_result) -> bool:

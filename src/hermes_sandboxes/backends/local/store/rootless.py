@@ -181,11 +181,8 @@ class OverlayStore(RootlessStore):
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
         super().snapshot(name, checkpoint_id)
-        if self.incremental:  # the next checkpoint's parent (read with care: this write may never happen)
-            pointer = self.layer(name) / increment.PARENT
-            staged = pointer.with_name(f".{increment.PARENT}-{os.getpid()}")
-            staged.write_text(checkpoint_id)
-            staged.rename(pointer)
+        if self.incremental:  # the next checkpoint's parent (read with care: this may never happen)
+            increment.point_to(self.layer(name), checkpoint_id)
 
     @contextlib.contextmanager
     def checkpoint_tree(self, name: str, checkpoint_id: str) -> Iterator[Path]:
@@ -228,16 +225,14 @@ class OverlayStore(RootlessStore):
 
     def _repoint(self, name: str, checkpoint_id: str) -> None:
         """A layer whose last checkpoint is going gets that one's parent as its next parent."""
-        pointer = self.layer(name) / increment.PARENT
+        layer = self.layer(name)
         with contextlib.suppress(OSError):
-            if pointer.read_text().strip() == checkpoint_id:
+            if increment.pointed(layer) == checkpoint_id:
                 delta = increment.read_delta(self.checkpoint_path(name, checkpoint_id))
                 if delta is None:
-                    pointer.unlink()
+                    (layer / increment.PARENT).unlink()
                 else:
-                    staged = pointer.with_name(f".{increment.PARENT}-{os.getpid()}")
-                    staged.write_text(delta[0])
-                    staged.rename(pointer)
+                    increment.point_to(layer, delta[0])
 
     def gc(self, name: str) -> None:
         super().gc(name)
