@@ -41,6 +41,7 @@ import os
 import stat
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def _recorded(directory: Path, checkpoint_id: str) -> bool:
     return (directory / checkpoint_id).is_dir() and (directory / f"{checkpoint_id}.json").exists()
 
 
-def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record] | None:
+def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record, Ident] | None:
     """The checkpoint last taken of this very layer (the layer's pointer, else the newest state
     with its token), with its state; None if it has none."""
     with contextlib.suppress(OSError):
@@ -151,8 +152,8 @@ def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record] | No
         if _recorded(directory, pointed):
             state = read_state(directory / pointed)
             if state is not None and state[0] == token:
-                return pointed, state[3]
-    best: tuple[int, str, Record] | None = None
+                return pointed, state[3], state[2]
+    best: tuple[int, str, Record, Ident] | None = None
     for entry in os.scandir(directory):
         if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
             continue
@@ -160,8 +161,8 @@ def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record] | No
             continue
         state = read_state(Path(entry.path))
         if state is not None and state[0] == token and (best is None or state[1] > best[0]):
-            best = (state[1], entry.name, state[3])
-    return None if best is None else (best[1], best[2])
+            best = (state[1], entry.name, state[3], state[2])
+    return None if best is None else (best[1], best[2], best[3])
 
 
 def point_to(layer: Path, checkpoint_id: str) -> None:
@@ -204,7 +205,7 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
                 if stat.S_ISDIR(st.st_mode):
                     dirs.setdefault(rel, {})
         else:
-            dirs, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], taken)
+            dirs, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], parent[2], taken)
             _write_delta(staged, parent[0], deleted)
         state = {"v": 2, "token": token, "taken": taken, "root": root, "dirs": dirs}
         (staged / STATE).write_bytes(marshal.dumps(state))
@@ -213,12 +214,13 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
         raise _refusal(exc) from None
 
 
-def _delta(upper: str, out: str, before: Record, taken: int) -> tuple[Record, list[str]]:
+def _delta(upper: str, out: str, before: Record, root_then: Ident, taken: int) -> tuple[Record, list[str]]:
     """Copy into ``out`` every entry of ``upper`` not as in ``before`` (with the directories above
     it); the new record and what was deleted (top-most paths only). A directory the same as
     before (inode and ctime: no entry added, removed or renamed in it) lost nothing; its entries
     are each looked at all the same (a write in place moves no directory's times)."""
     root_st = os.lstat(upper)
+    root = _ident(root_st, taken)
     dirs: dict[str, os.stat_result] = {"": root_st}
     os.mkdir(out, 0o700)
     made: Touched = {"": (upper, root_st)}
@@ -237,33 +239,40 @@ def _delta(upper: str, out: str, before: Record, taken: int) -> tuple[Record, li
 
     recent = taken - _RECENT_NS if _RECENT_NS else None
     # (directory, its entries then, whether it is the same directory as then)
-    pending: list[tuple[str, dict[str, Ident], bool]] = [("", before.get("", {}), False)]
+    pending: list[tuple[str, dict[str, Ident], bool]] = [("", before.get("", {}), root == root_then and root[1] >= 0)]
     while pending:
         rel, then, same_dir = pending.pop()
         mine: dict[str, Ident] = {}
         fd = os.open(f"{upper}/{rel}" if rel else upper, _DIR)
         try:
-            with os.scandir(fd) as entries:
-                for entry in entries:  # the cost of a checkpoint of a big layer: kept lean
-                    name = entry.name
-                    st = entry.stat(follow_symlinks=False)
-                    ctime = st.st_ctime_ns
-                    if recent is not None and ctime >= recent:
-                        ctime = -1
-                    mine[name] = ident = (st.st_ino, ctime)
-                    same = then.get(name) == ident and ctime >= 0
-                    if entry.is_dir(follow_symlinks=False):
-                        path = f"{rel}/{name}" if rel else name
-                        dirs[path] = st
-                        pending.append((path, before.get(path, {}), same))
-                        if not same:
-                            ensure(rel)
-                            os.mkdir(f"{out}/{path}", 0o700)
-                            made[path] = (f"{upper}/{path}", st)
-                    elif not same:
-                        path = f"{rel}/{name}" if rel else name
+            # the cost of a checkpoint of a big layer: kept lean. A directory the same as then has
+            # the same names (each the same inode): each looked up by name, without listing it
+            listing: Iterable[tuple[str, os.stat_result]]
+            if same_dir:
+                listing = ((name, os.stat(name, dir_fd=fd, follow_symlinks=False)) for name in then)
+            else:
+                entries = os.scandir(fd)
+                listing = ((entry.name, entry.stat(follow_symlinks=False)) for entry in entries)
+            for name, st in listing:
+                ctime = st.st_ctime_ns
+                if recent is not None and ctime >= recent:
+                    ctime = -1
+                mine[name] = ident = (st.st_ino, ctime)
+                same = then.get(name) == ident and ctime >= 0
+                if stat.S_ISDIR(st.st_mode):
+                    path = f"{rel}/{name}" if rel else name
+                    dirs[path] = st
+                    pending.append((path, before.get(path, {}), same))
+                    if not same:
                         ensure(rel)
-                        copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
+                        os.mkdir(f"{out}/{path}", 0o700)
+                        made[path] = (f"{upper}/{path}", st)
+                elif not same:
+                    path = f"{rel}/{name}" if rel else name
+                    ensure(rel)
+                    copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
+            if not same_dir:
+                entries.close()
         finally:
             os.close(fd)
         now[rel] = mine
