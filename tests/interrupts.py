@@ -6,7 +6,8 @@ would never see its SIGINT (a Python child does not even install its KeyboardInt
 a test that interrupts its own process would never get its KeyboardInterrupt. So:
 
 - a child started to be interrupted (or driven from a terminal, where Ctrl-C is a key) is started as
-  ``interruptible(argv)``: coreutils' ``env --default-signal=INT`` puts SIGINT back to its default
+  ``interruptible(argv)``: coreutils' ``env --default-signal=INT,HUP`` puts SIGINT (and SIGHUP, which
+  ``nohup`` ignores and the CLI then keeps ignored) back to their defaults
   and execs the command in place (the same pid, and no Python code between fork and exec, which
   ``preexec_fn`` would run in a process that has threads);
 - a test that sends SIGINT to itself does it inside ``with sigint_raises():``.
@@ -24,11 +25,13 @@ from typing import TypeVar
 
 T = TypeVar("T", bound=str | bytes)
 
-DEFAULT_SIGINT = ("env", "--default-signal=INT")
+DEFAULT_SIGINT = ("env", "--default-signal=INT,HUP")
 
 
 def interruptible(argv: Sequence[T]) -> list[T | str]:
-    """``argv`` run with SIGINT at its default, as a foreground command of an interactive shell."""
+    """``argv`` run with SIGINT and SIGHUP at their defaults, as a foreground command of an
+    interactive shell (the CLI keeps an ignored SIGHUP ignored, as under nohup: a suite started
+    under nohup would otherwise never see the hang-ups its tests send)."""
     return [*DEFAULT_SIGINT, *argv]
 
 

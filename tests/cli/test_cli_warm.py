@@ -254,16 +254,57 @@ def test_signals_reach_the_worker_which_stops_and_records_the_command(
     assert warm_kit.owners(journal(box)) != [proc.pid]  # it ran warm
 
 
+def _caught_and_ignored(pid: int) -> tuple[int, int]:
+    """The signal masks the kernel keeps for ``pid``: those it catches, those it ignores."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+    return int(fields["SigCgt"], 16), int(fields["SigIgn"], 16)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["in-process", "warm"])
+def test_under_nohup_a_hang_up_leaves_the_call_and_its_command_running(
+        home: Path, box: LocalSandbox, rt: dict[str, str], warm: bool) -> None:
+    """nohup starts the CLI with SIGHUP ignored so that the command outlives the terminal: the CLI
+    keeps it ignored (in-process, and the warm path's client, which passes on only what it catches),
+    so the kernel discards a SIGHUP and the command runs to its end, recorded as any other."""
+    env = rt if warm else {**rt, **warm_kit.WARM_OFF}
+    if warm:
+        warm_kit.start(env)
+    proc = subprocess.Popen(["nohup", *cli(home, "exec", box.name, "--", "echo started; read line; echo done-$line")],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        # the command runs: the CLI has set its handlers by now, and left SIGHUP as nohup set it
+        caught, ignored = _caught_and_ignored(proc.pid)
+        hup = 1 << (signal.SIGHUP - 1)
+        assert (caught & hup, ignored & hup) == (0, hup), (hex(caught), hex(ignored))
+        assert caught & (1 << (signal.SIGTERM - 1))  # (the others are still the CLI's)
+        proc.send_signal(signal.SIGHUP)  # an ignored signal is discarded as it is sent
+        out, err = proc.communicate(b"go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, out) == (0, b"done-go\n"), err
+    [record] = execs(home, box.name)
+    assert record["exit_code"] == 0 and not record.get("killed") and not record.get("error"), record
+    owners = warm_kit.owners(journal(box))
+    assert (owners != [proc.pid]) if warm else (owners == [proc.pid]), owners  # it ran where it says
+
+
 def _sleepers(box: LocalSandbox, marker: str) -> int:
     text = box.exec("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null").stdout
     return sum(1 for line in text.splitlines() if line.strip() == f"sleep {marker}")
 
 
+@pytest.mark.parametrize("nohup", [False, True], ids=["", "under nohup"])
 def test_a_client_killed_with_sigkill_has_its_command_stopped_inside_and_recorded(
-        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+        home: Path, box: LocalSandbox, rt: dict[str, str], nohup: bool) -> None:
+    """(Under nohup too: an ignored SIGHUP is the client's; the worker still stops what nobody waits for.)"""
     warm_kit.start(rt)
-    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo started; exec sleep 6001"), env=rt,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    argv = cli(home, "exec", box.name, "--", "echo started; exec sleep 6001")
+    proc = subprocess.Popen(["nohup", *argv] if nohup else argv, env=rt, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
     assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
     assert _sleepers(box, "6001") == 1
     proc.kill()

@@ -3,6 +3,8 @@
 ``install()`` makes each of them raise ``Stopped`` (a ``KeyboardInterrupt``, so every clean-up
 written for Ctrl-C runs for a closed terminal or a supervisor's SIGTERM too) in the main thread.
 The CLI then exits with the shell's convention, 128 + the signal's number (130, 143, 129).
+A SIGHUP the CLI was started with ignored stays ignored, as ``nohup`` expects: the call (and its
+command) outlives the terminal that started it. The warm client keeps it so too (warm.py).
 
 ``held()`` delays them over a stretch that must not be cut in two (starting a command, which the
 sandbox may already run before we hold its handle; journaling how it ended; destroying a ``run``
@@ -19,6 +21,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# an inherited SIG_IGN for these is left alone (nohup ignores SIGHUP so that the command survives a
+# hang-up: a program that catches it again undoes what nohup is for)
+KEPT_IGNORED = (signal.SIGHUP,)
 
 
 class Stopped(KeyboardInterrupt):
@@ -44,11 +49,13 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> Callable[[], None]:
-    """Route SIGINT, SIGTERM and SIGHUP through ``Stopped``; returns what puts the old handlers back
-    (the CLI runs inside test processes too)."""
+    """Route SIGINT, SIGTERM and SIGHUP through ``Stopped`` (but an ignored SIGHUP, which stays
+    ignored: ``KEPT_IGNORED``); returns what puts the old handlers back (the CLI runs inside test
+    processes too)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
+    previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS
+                if not (sig in KEPT_IGNORED and signal.getsignal(sig) == signal.SIG_IGN)}
 
     def restore() -> None:
         for sig, handler in previous.items():

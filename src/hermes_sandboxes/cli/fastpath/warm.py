@@ -16,7 +16,8 @@ call: it writes to our descriptors itself, and records the command as the CLI in
   background for the next calls), or a server that did nothing (it was stale, it did not know the
   invocation, it did not answer within ``ANSWER_DEADLINE_S``). Nothing has run then.
 - Once the worker's pid is known, SIGINT, SIGTERM and SIGHUP are passed on to it (one that came
-  earlier is passed on then), so Ctrl-C, ``timeout`` and a closed terminal act as in-process. If we
+  earlier is passed on then), so Ctrl-C, ``timeout`` and a closed terminal act as in-process (a
+  SIGHUP we were started with ignored, under ``nohup``, stays ignored here as in-process). If we
   die (kill -9, SIGQUIT), the worker sees its connection close and stops the command, recorded as
   interrupted (SIGQUIT is not passed on for that reason: the in-process CLI dumped core and left
   the command running). Ctrl-Z stops only this client: the worker is not in the terminal's job, and
@@ -199,7 +200,9 @@ class _Call:
             _quietly(os.kill, self.pid, signum)  # (if it is gone, its connection tells us so)
 
     def run(self, stamped: tuple[Any, ...], args: list[str]) -> int | None:
-        previous = {sig: _signal.signal(sig, self._on_signal) for sig in FORWARDED}
+        # an ignored SIGHUP stays ignored (nohup): not passed on, so the call outlives a hang-up
+        previous = {sig: _signal.signal(sig, self._on_signal) for sig in FORWARDED
+                    if not (sig == _signal.SIGHUP and _signal.getsignal(sig) == _signal.SIG_IGN)}
         code: int | None = None
         try:
             code = self._exchange(stamped, args)
