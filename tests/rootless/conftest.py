@@ -16,6 +16,7 @@ def rootless_user() -> Iterator[kit.TestUser]:
         pytest.fail("tests/rootless makes its own user: run it as root, as the rest of the suite")
     name = f"{kit.PREFIX}{os.getpid()}"
     kit.remove_user(name)  # a run killed before its teardown, with this pid
+    kit.remove_orphans(kit.PREFIX)  # and those of killed runs with other pids
     try:
         user = kit.create_user(name)
         kit.provision(user)

@@ -116,6 +116,19 @@ def remove_user(name: str) -> None:
             Path(path).write_text(kept)
 
 
+def remove_orphans(prefix: str) -> None:
+    """Users ``<prefix><pid>`` of runs killed before their clean-up (no process ``pid`` now), with
+    the /tmp home a harness gave them; a live run's user (another copy of the suite) is left alone."""
+    for line in Path("/etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        name, pid = fields[0], fields[0].removeprefix(prefix)
+        if name.startswith(prefix) and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            remove_user(name)
+            home = fields[5] if len(fields) > 5 else ""
+            if home.startswith(f"/tmp/{name}-home-"):
+                subprocess.run(["rm", "-rf", "--", home], check=False)
+
+
 _SITE = next((REPO / ".venv" / "lib").glob("python3*/site-packages"))
 _UNPACK = """
 import sys

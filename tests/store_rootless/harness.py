@@ -61,24 +61,12 @@ class TestUser:
         return answer
 
 
-def _remove_orphans(prefix: str) -> None:
-    """Users ``<prefix>-<pid>`` of runs that were killed before their clean-up (their pid is gone)."""
-    for line in Path("/etc/passwd").read_text().splitlines():
-        name, _, rest = line.partition(":")
-        pid = name.removeprefix(f"{prefix}-")
-        if name.startswith(f"{prefix}-") and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            home = rest.split(":")[4] if rest.count(":") >= 4 else ""
-            kit.remove_user(name)
-            if home.startswith(f"/tmp/{name}-home-"):
-                _remove_as_root(Path(home))
-
-
 @contextlib.contextmanager
 def unprivileged_user(prefix: str = "hs-rootstore") -> Iterator[TestUser]:
     """A new user ``<prefix>-<pid>`` with a subordinate id block, removed (with its block) at the end."""
     for tool in ("newuidmap", "mmdebstrap", "mkfs.xfs"):
         assert shutil.which(tool), f"{tool} missing: scripts/setup.sh test installs uidmap, mmdebstrap, xfsprogs"
-    _remove_orphans(prefix)
+    kit.remove_orphans(f"{prefix}-")
     name = f"{prefix}-{os.getpid()}"
     home = Path(tempfile.mkdtemp(prefix=f"{name}-home-", dir="/tmp"))
     try:
