@@ -404,7 +404,7 @@ def _catches(pid: int, sig: int) -> bool:
 def test_a_changed_package_file_makes_the_server_step_aside_for_a_new_one(
         home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
     server = warm_kit.start(rt)
-    import hermes_sandboxes.cli.text as module
+    import hermes_sandboxes.ui.text as module
 
     source = Path(module.__file__)
     before = source.stat()

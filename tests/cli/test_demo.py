@@ -8,8 +8,8 @@ from click.testing import CliRunner
 from hermes_sandboxes.backends.local import LocalBackend
 from hermes_sandboxes.cli import cli
 from hermes_sandboxes.cli.commands.demo import Demo
-from hermes_sandboxes.cli.output import Ui
 from hermes_sandboxes.recorder.state import HostState
+from hermes_sandboxes.ui.output import Ui
 
 
 def test_the_demo_passes_end_to_end_and_leaves_no_sandbox_behind(local_backend: LocalBackend) -> None:

@@ -28,7 +28,7 @@ import hermes_sandboxes
 SRC = Path(hermes_sandboxes.__file__).parent
 LAYERS: dict[str, int] = {
     "errors": 0, "util": 1, "sandbox": 2, "settings": 2, "names": 2, "allowlist": 2,
-    "recorder": 3, "risk": 3, "egress": 3, "backends": 4, "cli": 5, "hermes": 5, "mcp": 5, "__init__": 5,
+    "recorder": 3, "risk": 3, "egress": 3, "backends": 4, "ui": 4, "cli": 5, "hermes": 5, "mcp": 5, "__init__": 5,
 }
 # the faces that reach backends only through the registry (the CLI's ``store`` commands are the local
 # backend's own: they may take it as what it is)

@@ -21,9 +21,9 @@ from hermes_sandboxes import __version__
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.commands import apparmor, checkpoints, mcp, network, sandboxes, store
 from hermes_sandboxes.cli.config import parse_overrides
-from hermes_sandboxes.cli.output import NotConfirmed, Ui, error
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.errors import CheckpointNotFound, SandboxError
+from hermes_sandboxes.ui.output import NotConfirmed, Ui, error
 
 EXIT_ERROR = 1
 

@@ -47,7 +47,7 @@ def _size_keys(effective: Effective) -> set[str]:
 
 
 def _text(value: Any, size: bool = False) -> str:
-    from hermes_sandboxes.cli.output import human_size
+    from hermes_sandboxes.ui.output import human_size
 
     if size and isinstance(value, int):
         return human_size(value)

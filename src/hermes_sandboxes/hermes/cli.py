@@ -24,13 +24,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hermes_sandboxes.cli.commands.network import describe
-from hermes_sandboxes.cli.output import Ui, age, error, human_size, one_line, signed_size
 from hermes_sandboxes.errors import CheckpointNotFound, SandboxError
 from hermes_sandboxes.hermes import naming, tools
 from hermes_sandboxes.hermes.providers.registry import active, registered
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
+from hermes_sandboxes.ui.output import Ui, age, describe_network, error, human_size, one_line, signed_size
 
 if TYPE_CHECKING:
     from hermes_sandboxes.hermes.providers.base import SandboxProvider
@@ -255,7 +254,7 @@ def _restore_text(ui: Ui, model: Mapping[str, Any]) -> None:
 
 
 def _network_text(ui: Ui, model: Mapping[str, Any]) -> None:
-    ui.result(describe(model["sandbox"], model["network"], model["allow"]))
+    ui.result(describe_network(model["sandbox"], model["network"], model["allow"]))
 
 
 TEXT: dict[str, Callable[[Ui, Any], None]] = {

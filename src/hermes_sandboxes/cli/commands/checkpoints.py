@@ -15,18 +15,6 @@ from typing import Any
 import click
 
 from hermes_sandboxes.cli import signals
-from hermes_sandboxes.cli.output import (
-    Ui,
-    age,
-    clock,
-    confirm,
-    duration,
-    error,
-    human_size,
-    is_stdin_tty,
-    one_line,
-    signed_size,
-)
 from hermes_sandboxes.cli.session import Session, Workspace
 from hermes_sandboxes.errors import SandboxNotFound, Unsupported
 from hermes_sandboxes.names import validate_name
@@ -53,6 +41,18 @@ from hermes_sandboxes.recorder.sandbox import RestorePreview, StoriedCheckpoint
 from hermes_sandboxes.recorder.story import as_shown, with_journal
 from hermes_sandboxes.risk.internal import is_hermes_scratch
 from hermes_sandboxes.sandbox import TIMEOUT_EXIT_CODE, Capability, ChangeKind, FileChange
+from hermes_sandboxes.ui.output import (
+    Ui,
+    age,
+    clock,
+    confirm,
+    duration,
+    error,
+    human_size,
+    is_stdin_tty,
+    one_line,
+    signed_size,
+)
 
 EXIT_CANCELLED = 1
 EXIT_HEALTH_FAILED = 1

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hermes_sandboxes.cli.commands.checkpoints import show_preview
-from hermes_sandboxes.cli.output import Ui, error, one_line
 from hermes_sandboxes.cli.session import Session
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.recorder.state import HostState
 from hermes_sandboxes.sandbox import Backend, ChangeKind, ExecResult
+from hermes_sandboxes.ui.output import Ui, error, one_line
 
 APP = "/root/app"
 MIGRATIONS = {

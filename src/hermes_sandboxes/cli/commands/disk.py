@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import click
 
-from hermes_sandboxes.cli.output import Ui, age, confirm, human_size
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError
 from hermes_sandboxes.sandbox import SandboxInfo
+from hermes_sandboxes.ui.output import Ui, age, confirm, human_size
 from hermes_sandboxes.util.units import parse_duration
 
 

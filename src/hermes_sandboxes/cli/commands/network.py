@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import click
 
-from hermes_sandboxes.cli.output import Ui
 from hermes_sandboxes.cli.session import Workspace
+from hermes_sandboxes.ui.output import Ui, describe_network
 
 
 @click.group(short_help="A sandbox's network mode and egress allow-list.")
@@ -31,16 +31,7 @@ def _show(ui: Ui, name: str, mode: str, allow: Sequence[str], as_json: bool) -> 
     if as_json:
         ui.json({"name": name, "network": mode, "allow": list(allow)})
         return
-    ui.result(describe(name, mode, allow))
-
-
-def describe(name: str, mode: str, allow: Sequence[str]) -> str:
-    """One line: the network mode and, with network proxy, the allow-list (also ``hermes sandbox network``'s)."""
-    if mode != "proxy":
-        return (f"{name}: network {mode} (no allow-list: "
-                + ("nothing is reachable)" if mode == "none" else
-                   "only its own loopback)" if mode == "loopback" else "everything the host reaches)"))
-    return f"{name}: network proxy, allowed: " + (" ".join(allow) or "nothing")
+    ui.result(describe_network(name, mode, allow))
 
 
 @network.command(short_help="The network mode and allow-list of a sandbox.")

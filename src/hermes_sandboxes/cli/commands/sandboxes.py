@@ -13,13 +13,13 @@ import click
 from hermes_sandboxes import backends
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.commands import disk
-from hermes_sandboxes.cli.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, OLD_SPELLINGS, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
 from hermes_sandboxes.names import validate_name
 from hermes_sandboxes.recorder.command import RecordedProcess
 from hermes_sandboxes.sandbox import NETWORK_MODES, Capability, Command, Limits, Process, SandboxSpec
+from hermes_sandboxes.ui.output import Ui, age, confirm, error, human_size, is_stdin_tty
 from hermes_sandboxes.util.units import parse_duration, parse_size
 
 if TYPE_CHECKING:

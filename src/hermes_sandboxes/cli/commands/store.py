@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hermes_sandboxes.cli.output import Ui, human_size
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.errors import Unsupported
+from hermes_sandboxes.ui.output import Ui, human_size
 
 if TYPE_CHECKING:
     from hermes_sandboxes.backends.local.backend import LocalBackend

@@ -119,7 +119,7 @@ def try_exec(args: list[str]) -> int | None:
     try:
         return _run(job)
     except KeyboardInterrupt as exc:
-        from hermes_sandboxes.cli.text import error
+        from hermes_sandboxes.ui.text import error
 
         name = signals.name(exc)
         error("interrupted" if name == "SIGINT" else f"interrupted by {name}")
@@ -131,8 +131,8 @@ def try_exec(args: list[str]) -> int | None:
 def _run(job: _Exec) -> int | None:
     from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
     from hermes_sandboxes.cli.session import Workspace
-    from hermes_sandboxes.cli.text import error, note
     from hermes_sandboxes.errors import SandboxError
+    from hermes_sandboxes.ui.text import error, note
 
     workspace = Workspace(job.backend, job.config, {"home": job.home} if job.home is not None else {})
     workspace.on_collect = lambda name: note(f"collected {name}, left behind by a run that was killed")

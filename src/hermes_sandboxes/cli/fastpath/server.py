@@ -53,7 +53,7 @@ IDLE_S = 300.0
 LOCK_WAIT_S = 3.0  # for a server that is on its way out (stale) to let go of the key
 PRELOAD = (
     "hermes_sandboxes.cli.fastpath.inprocess", "hermes_sandboxes.cli.signals", "hermes_sandboxes.cli.running",
-    "hermes_sandboxes.cli.session", "hermes_sandboxes.cli.text", "hermes_sandboxes.cli.fastpath.worker",
+    "hermes_sandboxes.cli.session", "hermes_sandboxes.ui.text", "hermes_sandboxes.cli.fastpath.worker",
     "hermes_sandboxes.backends.local.factory", "hermes_sandboxes.backends.local.launcher", "encodings.ascii",
     # every other command: the click application with what its commands import when they run
     "hermes_sandboxes.cli.app", "hermes_sandboxes.cli.config", "hermes_sandboxes.cli.settings_view",

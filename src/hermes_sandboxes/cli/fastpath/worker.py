@@ -183,7 +183,7 @@ def _watch(conn: socket.socket, done: threading.Event) -> None:
 def _run(args: list[str]) -> int | None:
     """What ``cli.main`` does with ``args`` on the fast path: its exit code, or None."""
     from hermes_sandboxes.cli.fastpath import inprocess as fast
-    from hermes_sandboxes.cli.text import error
+    from hermes_sandboxes.ui.text import error
 
     try:
         code = fast.try_exec(args)

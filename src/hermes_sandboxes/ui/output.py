@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hermes_sandboxes.cli.text import printable
+from hermes_sandboxes.ui.text import printable
 
 
 class Ui:
@@ -157,3 +157,12 @@ def is_stdin_tty() -> bool:
         return sys.stdin.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def describe_network(name: str, mode: str, allow: Sequence[str]) -> str:
+    """One line: the network mode and, with network proxy, the allow-list (``network show`` in both CLIs)."""
+    if mode != "proxy":
+        return (f"{name}: network {mode} (no allow-list: "
+                + ("nothing is reachable)" if mode == "none" else
+                   "only its own loopback)" if mode == "loopback" else "everything the host reaches)"))
+    return f"{name}: network proxy, allowed: " + (" ".join(allow) or "nothing")
