@@ -29,7 +29,7 @@ from hermes_sandboxes.hermes import naming, tools
 from hermes_sandboxes.hermes.providers.registry import active, registered
 from hermes_sandboxes.recorder.credentials import Redactor
 from hermes_sandboxes.recorder.sandbox import RecordedSandbox
-from hermes_sandboxes.ui.output import Ui, age, describe_network, error, human_size, one_line, signed_size
+from hermes_sandboxes.ui.output import Ui, age, describe_network, error, human_size, one_line, summary_table
 
 if TYPE_CHECKING:
     from hermes_sandboxes.hermes.providers.base import SandboxProvider
@@ -220,12 +220,7 @@ def _diff_text(ui: Ui, model: Mapping[str, Any]) -> None:
     if not summary or not summary["total"]["files"]:
         ui.line(f"no changes from {since} to now")
     else:
-        rows = [[r["path"] + (" (rest)" if r["rest"] else ""), str(r["files"]), str(r["added"]),
-                 str(r["modified"]), str(r["deleted"]), signed_size(r["net_bytes"])]
-                for r in (*summary["rows"], summary["total"])]
-        rows[-1][0] = "total"
-        ui.table(["DIRECTORY", "FILES", "ADDED", "MODIFIED", "DELETED", "NET SIZE"], rows,
-                 title=f"changes from {since} to now")
+        summary_table(ui, summary, title=f"changes from {since} to now")
     _commands_text(ui, model["commands"], model.get("earlier_commands_omitted", 0), since=since)
 
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import click
@@ -166,3 +166,12 @@ def describe_network(name: str, mode: str, allow: Sequence[str]) -> str:
                 + ("nothing is reachable)" if mode == "none" else
                    "only its own loopback)" if mode == "loopback" else "everything the host reaches)"))
     return f"{name}: network proxy, allowed: " + (" ".join(allow) or "nothing")
+
+
+def summary_table(ui: Ui, summary: Mapping[str, Any], *, title: str) -> None:
+    """A diff's summary by directory (``DiffSummary.to_dict()``, the form the agent tools and
+    ``--json`` give), as both CLIs show it."""
+    rows = [[r["path"] + (" (rest)" if r["rest"] else ""), str(r["files"]), str(r["added"]), str(r["modified"]),
+             str(r["deleted"]), signed_size(r["net_bytes"])] for r in (*summary["rows"], summary["total"])]
+    rows[-1][0] = "total"
+    ui.table(["DIRECTORY", "FILES", "ADDED", "MODIFIED", "DELETED", "NET SIZE"], rows, title=title)

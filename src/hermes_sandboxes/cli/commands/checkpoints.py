@@ -18,7 +18,7 @@ from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.session import Session, Workspace
 from hermes_sandboxes.errors import SandboxNotFound, Unsupported
 from hermes_sandboxes.names import validate_name
-from hermes_sandboxes.recorder.diffsummary import DEFAULT_MAX_ROWS, DiffSummary, full_listing, summarize
+from hermes_sandboxes.recorder.diffsummary import DEFAULT_MAX_ROWS, full_listing, summarize
 from hermes_sandboxes.recorder.journal import (
     AbandonedRecord,
     AllowRecord,
@@ -51,7 +51,7 @@ from hermes_sandboxes.ui.output import (
     human_size,
     is_stdin_tty,
     one_line,
-    signed_size,
+    summary_table,
 )
 
 EXIT_CANCELLED = 1
@@ -242,7 +242,7 @@ def diff_checkpoint(workspace: Workspace, name: str, from_id: str, to_id: str | 
         ui.table(["", "PATH", "SIZE"], [[_marker(c), c.path, _change_size(c)] for c in full_listing(changes)],
                  title=f"changes from {from_id} to {target}")
     else:
-        summary_table(ui, summary, title=f"changes from {from_id} to {target}")
+        summary_table(ui, summary.to_dict(), title=f"changes from {from_id} to {target}")
 
 
 def _change_dict(c: FileChange) -> dict[str, Any]:
@@ -257,13 +257,6 @@ def _change_size(c: FileChange) -> str:
     if c.kind is ChangeKind.MODIFIED and c.old_size is not None:
         return f"{human_size(c.old_size)} -> {human_size(c.size)}"
     return human_size(c.size if c.kind is not ChangeKind.DELETED else c.old_size)
-
-
-def summary_table(ui: Ui, summary: DiffSummary, *, title: str) -> None:
-    rows = [[r.path + (" (rest)" if r.rest else ""), str(r.files), str(r.added), str(r.modified),
-             str(r.deleted), signed_size(r.net_bytes)] for r in (*summary.rows, summary.total)]
-    rows[-1][0] = "total"
-    ui.table(["DIRECTORY", "FILES", "ADDED", "MODIFIED", "DELETED", "NET SIZE"], rows, title=title)
 
 
 @checkpoint.command(name="restore")
@@ -322,7 +315,7 @@ def show_preview(ui: Ui, preview: RestorePreview, *, max_rows: int = DEFAULT_MAX
         ui.line("  no file changes")
     else:
         summary = preview.summary if max_rows == DEFAULT_MAX_ROWS else summarize(preview.changes, max_rows=max_rows)
-        summary_table(ui, summary, title="file changes since the checkpoint")
+        summary_table(ui, summary.to_dict(), title="file changes since the checkpoint")
     if preview.commands is None:
         ui.line("  commands since: unknown (no journal for this checkpoint)")
     elif not preview.commands:
