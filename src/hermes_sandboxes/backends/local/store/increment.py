@@ -39,13 +39,13 @@ import json
 import marshal
 import os
 import stat
-import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local.store import copier
+from hermes_sandboxes.backends.local.store.base import remove_tree
 from hermes_sandboxes.errors import SandboxError
 
 STATE = "state"  # in a checkpoint: the live layer's entries when it was taken
@@ -442,9 +442,7 @@ def _remove_at(out: str, rel: str, touched: Touched) -> None:
 
 def _remove(path: str) -> None:
     if stat.S_ISDIR(os.lstat(path).st_mode):
-        done = subprocess.run(["rm", "-rf", "--", path], capture_output=True, text=True)  # any depth
-        if done.returncode != 0:
-            raise SandboxError(f"removing {path} failed: {done.stderr.strip()[-300:]}")
+        remove_tree(Path(path))  # at any depth
     else:
         os.unlink(path)
 
