@@ -73,6 +73,8 @@ out = b""
 try:
     while chunk := sock.recv(65536):
         out += chunk
+except TimeoutError:
+    sys.stderr.write("no end: the connection stayed open\n")
 except OSError:
     pass
 sys.stdout.write(out.decode("latin-1"))
@@ -128,12 +130,15 @@ def attacker(backend: LocalBackend, http_a: egress_kit.Server, https_a: egress_k
         yield sb
 
 
-def raw(sb: LocalSandbox, mode: str, server: egress_kit.Server, head: str) -> str:
+def raw(sb: LocalSandbox, mode: str, server: egress_kit.Server, head: str, *, ended: bool = False) -> str:
     """The answer to ``head`` (lines joined with CRLF, a blank line added; ``<LF>`` and ``<CR>`` stand
-    for a bare line feed or carriage return) sent from inside."""
+    for a bare line feed or carriage return) sent from inside; ``ended``: the proxy must also have
+    closed the connection after answering (not left the client to time out)."""
     text = "\r\n".join(head.strip("\n").split("\n")) + "\r\n\r\n"
     data = text.replace("<LF>", "\n").replace("<CR>", "\r").encode("latin-1")
-    return sb.exec(f"python3 /root/raw.py {mode} 127.0.0.1 {server.port} {data.hex()}", timeout=60).stdout
+    got = sb.exec(f"python3 /root/raw.py {mode} 127.0.0.1 {server.port} {data.hex()}", timeout=60)
+    assert not ended or "no end" not in got.stderr, (head, got.stderr)
+    return got.stdout
 
 
 def secret_seen(server: egress_kit.Server, since: int) -> list[egress_kit.Seen]:
@@ -168,7 +173,7 @@ def test_an_intercepted_request_that_names_another_authority_is_refused(
     }
     for label, head in attacks.items():
         before = len(https_a.seen)
-        answer = raw(attacker, "tls", https_a, head + "\nAuthorization: Bearer $TOKEN")
+        answer = raw(attacker, "tls", https_a, head + "\nAuthorization: Bearer $TOKEN", ended=True)
         assert answer.startswith(("HTTP/1.1 403", "HTTP/1.1 400")), (label, answer[:300])  # refused, or malformed
         assert https_a.seen[before:] == [], (label, https_a.seen[before:])
 

@@ -220,22 +220,29 @@ class EgressProxy:
                 return
             assert self.authority is not None
             name = canonical_host(host)
+            # wrap_socket takes the descriptors over (conn and upstream are detached): the TLS
+            # sockets must be closed here, or a refused client waits for an end that never comes
             client = self.authority.context_for(name).wrap_socket(conn, server_side=True)
-            server = self.upstream_tls.wrap_socket(upstream, server_hostname=name)
-            try:
-                inner, rest = read_head(client)
-            except BadRequest as exc:  # answered inside the tunnel, where the client listens
-                _send_quietly(client, error_response(400, "Bad Request", str(exc)))
-                refusal = _Refusal(400, "Bad Request", f"refused {host}:{port}: bad request: {exc}")
-                refusal.answered = True
-                raise refusal from None
-            try:
-                origin = self._inner(host, port, inner, tally)
-            except _Refusal as refusal:
-                _send_quietly(client, error_response(refusal.status, refusal.reason, str(refusal)))
-                refusal.answered = True
-                raise
-            relay.exchange(origin, rest, client, server, tally)
+            with client, self.upstream_tls.wrap_socket(upstream, server_hostname=name) as server:
+                self._intercepted(host, port, client, server, tally)
+
+    def _intercepted(self, host: str, port: int, client: ssl.SSLSocket, server: ssl.SSLSocket,
+                     tally: relay.Tally) -> None:
+        """One request inside an intercepted tunnel: checked, brokered, exchanged."""
+        try:
+            inner, rest = read_head(client)
+        except BadRequest as exc:  # answered inside the tunnel, where the client listens
+            _send_quietly(client, error_response(400, "Bad Request", str(exc)))
+            refusal = _Refusal(400, "Bad Request", f"refused {host}:{port}: bad request: {exc}")
+            refusal.answered = True
+            raise refusal from None
+        try:
+            origin = self._inner(host, port, inner, tally)
+        except _Refusal as refusal:
+            _send_quietly(client, error_response(refusal.status, refusal.reason, str(refusal)))
+            refusal.answered = True
+            raise
+        relay.exchange(origin, rest, client, server, tally)
 
 
 def _authority_of(value: str, default_port: int) -> tuple[str, int] | None:
