@@ -225,10 +225,12 @@ def test_a_malformed_request_fails_alone_and_the_init_lives_on(sandbox: LocalSan
     from hermes_sandboxes.backends.local import client
     from hermes_sandboxes.backends.local.guest import protocol
 
-    sandbox.exec("sleep 600 >/dev/null 2>&1 &")
+    # a sleep of its own length: the sandbox may be shared, and another test's sleeps come and go
+    daemon = "pgrep -fx 'sleep 6017'"
+    sandbox.exec("sleep 6017 >/dev/null 2>&1 &")
     # the shell returns before its background child has become `sleep`: wait until it has
-    wait_for(lambda: sandbox.exec("pgrep -x sleep").stdout.strip() != "", "the background sleep")
-    before = sandbox.exec("pgrep -x sleep").stdout.split()
+    wait_for(lambda: sandbox.exec(daemon).stdout.strip() != "", "the background sleep")
+    before = sandbox.exec(daemon).stdout.split()
     with client.connect(str(sandbox._socket)) as sock:
         r, w = os.pipe()
         protocol.send(sock, {"op": "exec", "id": "bad1", "argv": ["true"], "env": {"A=B": "x"}}, [r, w, w])
@@ -236,7 +238,7 @@ def test_a_malformed_request_fails_alone_and_the_init_lives_on(sandbox: LocalSan
         os.close(w)
         reply, _ = protocol.recv(sock)
     assert "error" in reply
-    assert sandbox.exec("pgrep -x sleep").stdout.split() == before
+    assert sandbox.exec(daemon).stdout.split() == before
 
 
 def test_a_program_that_is_not_executable_exits_126(sandbox: LocalSandbox) -> None:
