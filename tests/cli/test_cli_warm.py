@@ -401,12 +401,15 @@ def _catches(pid: int, sig: int) -> bool:
     return bool(caught & (1 << (sig - 1)))
 
 
+# ui/text.py: imported by the server, outside cli/ (the check once watched cli/ only, where this
+# module had been); cli/commands/demo.py: imported by no server, only by a worker that runs `demo`
+@pytest.mark.parametrize("module", ["ui/text.py", "cli/commands/demo.py"])
 def test_a_changed_package_file_makes_the_server_step_aside_for_a_new_one(
-        home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
+        home: Path, box: LocalSandbox, rt: dict[str, str], module: str) -> None:
     server = warm_kit.start(rt)
-    import hermes_sandboxes.ui.text as module
+    import hermes_sandboxes
 
-    source = Path(module.__file__)
+    source = Path(hermes_sandboxes.__file__).parent / module
     before = source.stat()
     os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
     try:

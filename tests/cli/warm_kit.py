@@ -85,8 +85,26 @@ def wait_for_server(env: dict[str, str] | None = None, timeout: float = 60) -> i
 def wait_gone(pid: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while is_server(pid):
-        assert time.monotonic() < deadline, f"server {pid} still runs"
+        assert time.monotonic() < deadline, f"server {pid} still runs:\n{where_it_is(pid)}"
         time.sleep(0.02)
+
+
+def where_it_is(pid: int) -> str:
+    """What a process that should have ended is doing: its state, signals and every thread's wait."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            status = {k: v.strip() for k, _, v in (line.partition(":") for line in
+                      (task / "status").read_text().splitlines())}
+            wchan = (task / "wchan").read_text()
+            stack = (task / "stack").read_text().strip().replace("\n", " | ")
+        except OSError as exc:
+            lines.append(f"task {task.name}: {exc}")
+            continue
+        lines.append(f"task {task.name} {status.get('State')} wchan={wchan} SigPnd={status.get('SigPnd')} "
+                     f"ShdPnd={status.get('ShdPnd')} SigBlk={status.get('SigBlk')} SigCgt={status.get('SigCgt')} "
+                     f"stack: {stack}")
+    return "\n".join(lines)
 
 
 def stop_all(where: Path) -> None:

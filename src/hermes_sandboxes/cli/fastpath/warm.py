@@ -51,7 +51,9 @@ SWITCH = "HERMES_SANDBOXES_WARM"  # "0": always in-process, never a server
 ANSWER_DEADLINE_S = 5.0  # for the worker's pid; the command itself may run for hours
 FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 EXIT_WORKER_LOST = 125
-PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the hermes_sandboxes directory (this file is hermes_sandboxes/cli/fastpath/warm.py): the stamp's package,
+# the tree the server's stale check watches, and its parent is the server's sys.path[0]
+PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the variables that change how an interpreter starts (its stdio encodings above all)
 _START_VARS = ("LC_ALL", "LC_CTYPE", "LANG")
 _NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup")
