@@ -175,8 +175,6 @@ def test_without_the_proxy_variables_nothing_is_reachable(plain: LocalSandbox, h
     assert sh(plain, "ls /sys/class/net").stdout.split() == ["lo"]
 
 
-@pytest.mark.xfail(ROOTLESS, strict=True, reason="open (#19): rootless, /dev/hermes-egress is a bind of the store's "
-                   "run/NAME/egress-inside, and mountinfo names a bind's source path within its filesystem")
 def test_the_proxy_socket_is_there_without_a_host_path_in_the_mount_table(
         local_backend: LocalBackend, plain: LocalSandbox) -> None:
     assert sh(plain, "test -S /dev/hermes-egress/proxy.sock && echo socket").stdout == "socket\n"

@@ -27,6 +27,7 @@ The secrets themselves reach the proxy on its stdin and live only in its memory.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import paths
-from hermes_sandboxes.backends.local.guest import forwarder
+from hermes_sandboxes.backends.local.guest import forwarder, protocol
 from hermes_sandboxes.egress.broker import BrokeredCredential, SecretLookup, new_placeholder
 from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.util import isolated
@@ -88,12 +89,22 @@ def command_env(run_dir: Path, credentials: Sequence[BrokeredCredential]) -> dic
     return env
 
 
-def _inside_dir(init_pid: int, shared: Path | None = None) -> int:
-    """An O_PATH descriptor of /dev/hermes-egress inside the sandbox of that init. ``shared``:
-    rootless, where the init's /proc entry is out of a user's reach (the init is not dumpable),
-    that directory is a host one bound read-only inside (rootfs.py): this is its host side."""
-    if shared is not None:
-        return os.open(shared, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+def _inside_dir(init_pid: int, via_init: str | None = None) -> int:
+    """An O_PATH descriptor of /dev/hermes-egress inside the sandbox of that init. ``via_init``:
+    rootless, where the init's /proc entry is out of a user's reach (the init is not dumpable; its
+    memory was made in the host's user namespace, where the user has no CAP_SYS_PTRACE), the init,
+    at that control socket, sends the descriptor itself (guest/init.py's ``egress_dir``)."""
+    if via_init is not None:
+        from hermes_sandboxes.backends.local import client
+
+        with client.connect(via_init) as sock:
+            protocol.send(sock, {"op": "egress_dir"})
+            reply, fds = protocol.recv(sock)
+        if not reply.get("ok") or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(errno.ENOENT, str(reply.get("error") or "no directory in the init's reply"))
+        return fds[0]
     dev = os.open(f"/proc/{init_pid}/root/dev", os.O_PATH | os.O_DIRECTORY)
     try:
         name = forwarder.INSIDE_DIR.removeprefix("/dev/")
@@ -124,13 +135,13 @@ def _install_trust(dir_fd: int, ca_dir: Path, lower: str) -> None:
 
 def start_proxy(*, sandbox: str, init_pid: int, run_dir: Path, allow: Sequence[str], audit: Path, ca_dir: Path,
                 lower: str, credentials: Sequence[BrokeredCredential], upstream_ca: str | None,
-                lookup: SecretLookup | None = None, shared: Path | None = None) -> dict[str, Any]:
+                lookup: SecretLookup | None = None, via_init: str | None = None) -> dict[str, Any]:
     """Start the proxy of the sandbox whose init runs as ``init_pid``; returns its record
-    ({"pid", "start"}) for init.json. ``shared``: see _inside_dir."""
+    ({"pid", "start"}) for init.json. ``via_init``: see _inside_dir."""
     files = EgressFiles(run_dir)
     files.write_policy(allow)
     try:
-        dir_fd = _inside_dir(init_pid, shared)
+        dir_fd = _inside_dir(init_pid, via_init)
     except OSError as exc:
         raise SandboxError(f"sandbox {sandbox}: cannot reach {forwarder.INSIDE_DIR} inside ({exc.strerror}; "
                            "removed or replaced from inside?); stop the sandbox and run a command to start "

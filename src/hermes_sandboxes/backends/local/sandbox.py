@@ -60,7 +60,6 @@ else:  # loaded when used: an exec in a running sandbox (the CLI's hot path) nee
     trust = lazy_module("hermes_sandboxes.backends.local.trust")
     policy = lazy_module("hermes_sandboxes.allowlist")
 
-forwarder_dir = "/dev/hermes-egress"  # guest/forwarder.py's INSIDE_DIR (not imported on the exec path)
 
 # Commands start with this environment, never the host's; the caller's env is laid over it.
 BASE_ENV = {
@@ -252,7 +251,6 @@ class LocalSandbox(Sandbox):
             "socket": str(self._socket),
             "log": str(self._run / "init.log"),
             "network": self.spec.network,
-            "binds": self._binds(),
             "trust": self._trust_layer(layer / "upper", self.base or "/"),
             "cgroups": groups.join_dirs,
             "freezer": str(groups.freezer) if groups.tracks_trees else None,
@@ -261,14 +259,6 @@ class LocalSandbox(Sandbox):
             "use_lock": str(self._use_lock),
             "shm_bytes": _shm_bytes(self._backend.effective_limits(self.spec.limits).memory_bytes),
         }
-
-    def _binds(self) -> list[tuple[str, str]]:
-        """Host directories the init binds read-only inside (rootless proxy: see egress._inside_dir)."""
-        shared = self._shared_egress_dir
-        if shared is None:
-            return []
-        shared.mkdir(mode=0o755, exist_ok=True)
-        return [(str(shared), forwarder_dir)]
 
     def _reload_spec(self) -> None:
         """The spec as recorded now: another process (the CLI's ``network allow``) may have changed
@@ -285,12 +275,7 @@ class LocalSandbox(Sandbox):
             sandbox=self.name, init_pid=init_pid, run_dir=self._run, allow=self.spec.allow,
             audit=backend.audit_log(), ca_dir=backend.home / "egress-ca", lower=self.base or "/",
             credentials=backend.credentials, upstream_ca=backend.upstream_ca, lookup=backend.secret_lookup,
-            shared=self._shared_egress_dir)
-
-    @property
-    def _shared_egress_dir(self) -> Path | None:
-        """Rootless proxy sandboxes: the host directory bound read-only at /dev/hermes-egress."""
-        return self._run / "egress-inside" if self._backend.rootless and self.spec.network == "proxy" else None
+            via_init=str(self._socket) if backend.rootless else None)
 
     def _restart_proxy(self) -> dict[str, Any]:
         """Start the egress proxy again for a running init whose proxy died (caller holds the lock)."""

@@ -102,6 +102,18 @@ def _exists(name: str, dir_fd: int) -> bool:
     return True
 
 
+def _egress_dir() -> int:
+    """An O_PATH descriptor of /dev/hermes-egress (network ``proxy``), for the host process that
+    starts the egress proxy: rootless, the init is not dumpable and its /proc entry is out of the
+    user's reach, so the host gets the directory from here (no host directory is mounted inside).
+    The last component is opened without following symlinks, as root mode's /proc/<init>/root walk."""
+    dev = os.open("/dev", os.O_PATH | os.O_DIRECTORY)
+    try:
+        return os.open("hermes-egress", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dev)
+    finally:
+        os.close(dev)
+
+
 def _exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code
@@ -208,6 +220,12 @@ class Init:
         try:
             if op == "ping":
                 protocol.send(conn, {"ok": True, "pid": os.getpid()})
+            elif op == "egress_dir":
+                dir_fd = _egress_dir()
+                try:
+                    protocol.send(conn, {"ok": True}, [dir_fd])
+                finally:
+                    os.close(dir_fd)
             elif op in ("kill", "freeze", "thaw") and self.freezer_fd < 0:
                 protocol.send(conn, sessions.handle(op, message, self.sessions, self.children))
             elif op == "exec":
@@ -405,8 +423,7 @@ def _become_init(cfg: dict[str, Any], listener: socket.socket, reply: int) -> No
     idmapped = rootfs.build_and_enter(
         lower=cfg["lower"], upper=cfg["upper"], work=cfg["work"], merged=cfg["merged"], above=cfg.get("trust"),
         idmap_fd=ns_fd, mounter=tuple(ids["outer"]) if ns_fd is not None else None,
-        userxattr=ids.get("mode") == "rootless", binds=[tuple(b) for b in cfg.get("binds", ())],
-        shm_bytes=cfg.get("shm_bytes"))
+        userxattr=ids.get("mode") == "rootless", shm_bytes=cfg.get("shm_bytes"))
     rootfs.hide(cfg.get("hide", ()))
     rootfs.hide(cfg.get("masks", ()), follow=True)
     oomscore.hold()  # as host root still: in its user namespace the init may no longer open it

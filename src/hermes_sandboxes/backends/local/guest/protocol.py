@@ -26,7 +26,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it slows the init's
 if TYPE_CHECKING:
     from typing import Any
 
-VERSION = 3  # recorded with each running init: a client restarts an init that speaks another version
+VERSION = 4  # recorded with each running init: a client restarts an init that speaks another version
 MAX_MESSAGE = 16 * 1024 * 1024
 MAX_FDS = 4
 _HEADER = struct.Struct("!I")

@@ -163,8 +163,7 @@ def _mount_overlay(merged: str, options: str, mounter: tuple[int, int] | None) -
 def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
                     above: list[tuple[str, str, bytes, int, int, int, int, int]] | None = None,
                     idmap_fd: int | None = None, mounter: tuple[int, int] | None = None,
-                    userxattr: bool = False, binds: list[tuple[str, str]] | tuple[()] = (),
-                    shm_bytes: int | None = None) -> bool:
+                    userxattr: bool = False, shm_bytes: int | None = None) -> bool:
     """Mount the overlay root at ``merged`` and make it this process's ``/``. ``above``: entries of
     a read-only layer stacked over the base, under the writable layer (trust.py's). Root mode
     (``idmap_fd``, ``mounter``: the sandbox's user namespace and the host ids of its root): the
@@ -202,11 +201,6 @@ def build_and_enter(*, lower: str, upper: str, work: str, merged: str,
     _mount_proc(merged)
     _mount_sys(merged)
     _mount_dev(merged, mounter if idmapped else None, shm_bytes)
-    for host, inside in binds:  # read-only: the sandbox reaches what is there, changes nothing of the host
-        _ensure_dir(merged + inside)
-        sc.mount(host, merged + inside, None, sc.MS_BIND)
-        sc.mount(host, merged + inside, None,
-                 sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
     os.chdir(merged)
     sc.pivot_root(".", ".")  # stacks the old root on top of the new one...
     sc.umount(".", sc.MNT_DETACH)  # ...so detaching "." leaves only the sandbox's root
