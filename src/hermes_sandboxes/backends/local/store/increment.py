@@ -40,7 +40,6 @@ import marshal
 import os
 import stat
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -238,46 +237,57 @@ def _delta(upper: str, out: str, before: Record, root_then: Ident, taken: int) -
             made[rel] = (f"{upper}/{rel}", dirs[rel])
 
     recent = taken - _RECENT_NS if _RECENT_NS else None
+    lstat, is_dir = os.stat, stat.S_ISDIR
+
+    def visit(rel: str, name: str, st: os.stat_result, old: Ident | None, mine: dict[str, Ident]) -> None:
+        """An entry that is not as then, or a directory: record it, copy it if it changed."""
+        ctime = st.st_ctime_ns
+        if recent is not None and ctime >= recent:
+            ctime = -1
+        mine[name] = ident = (st.st_ino, ctime)
+        same = old == ident and ctime >= 0
+        path = f"{rel}/{name}" if rel else name
+        if is_dir(st.st_mode):
+            dirs[path] = st
+            pending.append((path, before.get(path, {}), same))
+            if not same:
+                ensure(rel)
+                os.mkdir(f"{out}/{path}", 0o700)
+                made[path] = (f"{upper}/{path}", st)
+        elif not same:
+            ensure(rel)
+            copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
+
     # (directory, its entries then, whether it is the same directory as then)
     pending: list[tuple[str, dict[str, Ident], bool]] = [("", before.get("", {}), root == root_then and root[1] >= 0)]
     while pending:
         rel, then, same_dir = pending.pop()
-        mine: dict[str, Ident] = {}
         fd = os.open(f"{upper}/{rel}" if rel else upper, _DIR)
         try:
-            # the cost of a checkpoint of a big layer: kept lean. A directory the same as then has
-            # the same names (each the same inode): each looked up by name, without listing it
-            listing: Iterable[tuple[str, os.stat_result]]
             if same_dir:
-                listing = ((name, os.stat(name, dir_fd=fd, follow_symlinks=False)) for name in then)
+                # the cost of a checkpoint of a big layer, kept lean: a directory the same as then
+                # has the same names (each the same inode), each looked up by name without listing
+                # it, and an unchanged file costs its lstat and one comparison (its record is
+                # then's: a directory with nothing changed keeps then's very dict)
+                mine: dict[str, Ident] = then
+                for name, old in then.items():
+                    st = lstat(name, dir_fd=fd, follow_symlinks=False)
+                    ctime = st.st_ctime_ns
+                    if (ctime == old[1] and st.st_ino == old[0] and (recent is None or ctime < recent)
+                            and not is_dir(st.st_mode)):
+                        continue
+                    if mine is then:
+                        mine = dict(then)
+                    visit(rel, name, st, old, mine)
             else:
-                entries = os.scandir(fd)
-                listing = ((entry.name, entry.stat(follow_symlinks=False)) for entry in entries)
-            for name, st in listing:
-                ctime = st.st_ctime_ns
-                if recent is not None and ctime >= recent:
-                    ctime = -1
-                mine[name] = ident = (st.st_ino, ctime)
-                same = then.get(name) == ident and ctime >= 0
-                if stat.S_ISDIR(st.st_mode):
-                    path = f"{rel}/{name}" if rel else name
-                    dirs[path] = st
-                    pending.append((path, before.get(path, {}), same))
-                    if not same:
-                        ensure(rel)
-                        os.mkdir(f"{out}/{path}", 0o700)
-                        made[path] = (f"{upper}/{path}", st)
-                elif not same:
-                    path = f"{rel}/{name}" if rel else name
-                    ensure(rel)
-                    copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
-            if not same_dir:
-                entries.close()
+                mine = {}
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        visit(rel, entry.name, entry.stat(follow_symlinks=False), then.get(entry.name), mine)
+                deleted.extend(f"{rel}/{name}" if rel else name for name in then if name not in mine)
         finally:
             os.close(fd)
         now[rel] = mine
-        if not same_dir:
-            deleted.extend(f"{rel}/{name}" if rel else name for name in then if name not in mine)
     for copy, (source, st) in made.items():
         copier.set_attributes(f"{out}/{copy}" if copy else out, st, source_path=source)
     return now, sorted(deleted)
