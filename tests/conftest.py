@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend
-from hermes_sandboxes.backends.local.store.base import BtrfsStore
+from hermes_sandboxes.backends.local.store.base import BtrfsStore, remove_tree
+from hermes_sandboxes.errors import SandboxError
 from hermes_sandboxes.names import unique_name
 from tests.cli import warm_kit
 from tests.markers import pytest_collection_modifyitems  # noqa: F401  (the suite's markers, see there)
@@ -46,7 +48,12 @@ def teardown_backend(backend: LocalBackend) -> None:
         except Exception as exc:
             errors.append(f"unmount: {exc}")
             subprocess.run(["umount", "-l", str(store.mountpoint)], check=False)
-    shutil.rmtree(backend.home, ignore_errors=True)
+    # rm -rf (any depth): an old layer a restore left in .trash may be nested thousands deep, and
+    # its sweeper may be removing it meanwhile (then a second pass finds what the race left)
+    for _attempt in (1, 2):
+        with contextlib.suppress(SandboxError):
+            remove_tree(backend.home)
+            break
     assert not errors, f"cleanup failed: {errors}"
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox
 from hermes_sandboxes.backends.local.store import treediff
 from hermes_sandboxes.sandbox import ChangeKind
 from tests.cli.cli_kit import CLI, Pty, ok
-from tests.local.kit import sh, wait_for
+from tests.local.kit import new_sandbox, sh, temp_backend, wait_for
 
 DEPTH = 4000
 # under a directory of the base that no mask makes opaque (an opaque /root hid the cost)
@@ -154,3 +154,38 @@ def test_restore_yes_does_not_wait_for_a_diff_of_a_hostile_tree_and_the_diff_rep
     assert "was restored while its files were being compared" in said["unsupported"], said
     # the next diff compares the restored files: the tree is gone from them
     assert not [c for c in sb.diff(base) if c.path.startswith("/opt/hs-deep")]
+
+
+def _trash(root: Path) -> list[str]:
+    trash = root / ".trash"
+    return sorted(os.listdir(trash)) if trash.is_dir() else []
+
+
+def test_the_copy_store_restores_without_removing_the_old_layer_first_and_sweeps_it_later() -> None:
+    """A restore on the copy store moves the old layer (many files) to the store's .trash, which
+    a detached sweeper empties; no sandbox is ever seen there, and the restored files are right.
+    (The btrfs store removes an old layer with one ioctl: it needs no trash.)"""
+    with temp_backend(store="copy") as backend, new_sandbox(backend) as sb:
+        store = backend.store
+        sh(sb, "echo kept > /root/state")
+        base = sb.checkpoint("before the files")
+        sh(sb, "echo changed > /root/state; mkdir /root/many && cd /root/many && seq 20000 | xargs touch",
+           timeout=300)
+        sb.restore(base.id)
+        assert sh(sb, "cat /root/state; test -e /root/many || echo gone").stdout == "kept\ngone\n"
+        assert not any(p.name.startswith(".") for p in store.sandbox_dir(sb.name).iterdir())
+        assert backend.names() == [sb.name]  # .trash is no sandbox
+        assert [c.id for c in sb.checkpoints()] == [base.id]
+        wait_for(lambda: _trash(store.root) == [], "the sweeper to empty the trash")
+        assert sh(sb, "cat /root/state").stdout == "kept\n"
+
+
+def test_what_a_killed_sweeper_left_in_the_trash_is_removed_by_the_next_open_of_the_store() -> None:
+    with temp_backend(store="copy") as backend:
+        backend.store.ensure()
+        left = backend.store.root / ".trash" / "gone-layer"
+        (left / "upper" / "deep").mkdir(parents=True)
+        (left / "upper" / "deep" / "file").write_text("x")
+        again = LocalBackend(backend.home, store="copy")
+        again.store.ensure()  # a new process's first open
+        wait_for(lambda: _trash(backend.store.root) == [], "the next open to sweep the trash")

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
-from hermes_sandboxes.backends.local.store import btrfstree, quota, treediff
+from hermes_sandboxes.backends.local.store import btrfstree, quota, trash, treediff
 from hermes_sandboxes.backends.local.store.fdwalk import Tree
 from hermes_sandboxes.errors import BackendUnavailable, SandboxError, Unsupported
 from hermes_sandboxes.sandbox import FileChange
@@ -167,10 +167,13 @@ class Store(ABC):
     kind: str
     cheap: bool  # checkpoint and restore cost does not grow with the layer
     rootless = False  # a store of an ordinary user's sandboxes (see rootless.py)
+    # removals walk the files: old layers go to .trash and are removed in the background (trash.py)
+    deferred_removal = False
     xattr_prefix = "trusted.overlay."  # the overlay's xattrs in this store's layers
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._swept = False
 
     @property
     def description(self) -> str:
@@ -270,7 +273,23 @@ class Store(ABC):
         return old
 
     def discard(self, volume: Path) -> None:
-        self._remove_volume(volume)
+        """Remove a volume nothing refers to any more (a restore's old layer, a leftover): at once
+        where that is cheap, else moved to the trash and removed in the background."""
+        if self.deferred_removal and trash.move(self.root, volume):
+            self._sweep_trash()
+        else:
+            self._remove_volume(volume)
+
+    def _sweep_trash(self) -> None:
+        trash.sweep_later(self.root)
+
+    def sweep_leftover_trash(self) -> None:
+        """On the first open of the store in this process: sweep what a killed sweeper left."""
+        if self._swept or not self.deferred_removal:
+            return
+        self._swept = True
+        if trash.pending(self.root):
+            self._sweep_trash()
 
     def fork(self, source: str, checkpoint_id: str | None, target: str) -> None:
         """Make ``target``'s layer a writable copy of ``source``'s checkpoint (or of its live layer:
@@ -308,7 +327,7 @@ class Store(ABC):
         """Remove what interrupted operations left behind (call under the sandbox's lock)."""
         base = self.sandbox_dir(name)
         for leftover in base.glob(".*"):
-            self._remove_volume(leftover)
+            self.discard(leftover)
         directory = self.checkpoints_dir(name)
         if directory.is_dir():
             for entry in directory.iterdir():
@@ -631,6 +650,7 @@ class CopyStore(Store):
 
     kind = "copy"
     cheap = False
+    deferred_removal = True
     warning = (
         "using the full-copy store: every checkpoint and restore copies the whole writable layer, "
         "so their time and disk use grow with it"
@@ -649,6 +669,7 @@ class CopyStore(Store):
         self.root.mkdir(mode=0o700, exist_ok=True)
         if os.stat(self.root).st_mode & 0o077:
             os.chmod(self.root, 0o700)
+        self.sweep_leftover_trash()
 
     def _make_volume(self, path: Path) -> None:
         path.mkdir()

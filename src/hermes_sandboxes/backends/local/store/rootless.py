@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
-from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, treediff
+from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, trash, treediff
 from hermes_sandboxes.backends.local.store.base import PinnedLayer, Store, tree_bytes
 from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import FileChange
@@ -111,6 +111,10 @@ class RootlessStore(Store):
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if os.stat(self.root).st_mode & 0o077:
             os.chmod(self.root, 0o700)
+        self.sweep_leftover_trash()
+
+    def _sweep_trash(self) -> None:
+        mapped.call(trash.sweep_later, self.root)  # the sweeper removes inner users' files
 
     def rootless_base(self) -> Path | None:
         """The built Debian root this user's sandboxes share, or None until it is built."""
@@ -148,6 +152,7 @@ class RootlessStore(Store):
 class OverlayStore(RootlessStore):
     kind = "overlay"
     cheap = False
+    deferred_removal = True
     incremental = True  # chained delta checkpoints (increment.py)
 
     def __init__(self, home: Path) -> None:
