@@ -131,6 +131,13 @@ def _changes(store: rootless.RootlessStore, old: Path, new: Path, base: Path) ->
     return [[c.path, c.kind.value] for c in store.diff_layers(old / "upper", new / "upper", base, None)]
 
 
+def _trash_swept(root: Path) -> None:
+    """Wait for the detached sweeper of the store's .trash (old layers of restores) to remove it."""
+    deadline = time.monotonic() + 60
+    while (root / ".trash").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _deep_tree(store: rootless.RootlessStore, depth: int = 1500) -> Any:
     """A layer nested deeper than PATH_MAX (3 characters a level): checkpoint, restore, remove (or
     the error a copy by path gives, and nothing left behind once the store's gc has run)."""
@@ -285,6 +292,7 @@ def scenario_store(home: Path) -> dict[str, Any]:
     out["deep"] = _deep_tree(store)
     for name in ("a", "b", "c"):
         store.remove_sandbox(name)
+    _trash_swept(store.root)
     out["left_in_store"] = sorted(p.name for p in store.root.iterdir())
     mapped.run(["rm", "-rf", "--", str(base)], "removing the base")
     return out
@@ -382,6 +390,7 @@ def scenario_chain(home: Path, seed: str) -> dict[str, Any]:
     restored = mapped.call(_listing, upper)
     store.remove_sandbox("x")
     store.remove_sandbox("y")
+    _trash_swept(store.root)
     return {"kinds": kinds, "mismatches": mismatches, "restored_last": restored == expected[sorted(expected)[-1]],
             "left": sorted(p.name for p in store.root.iterdir()), "remaining": sorted(expected)}
 
@@ -425,6 +434,7 @@ def scenario_killed(home: Path, point: str) -> dict[str, Any]:
     store.delete_checkpoint("x", "k1") if "k1" in listed else None
     after = {cid: _materialized(store, "x", cid) == expected[cid] for cid in store.checkpoint_ids("x")}
     store.remove_sandbox("x")
+    _trash_swept(store.root)
     return {"paused": paused, "listed": listed, "readable": readable, "after_delete": after,
             "left": sorted(p.name for p in store.root.iterdir())}
 
@@ -503,6 +513,7 @@ def scenario_backend(home: Path, tarball: str) -> dict[str, Any]:
             out["disk_limit"] = str(exc)
     finally:
         sandbox.destroy()
+    _trash_swept(backend.store.root)
     out["left"] = sorted(p.name for p in backend.store.root.iterdir())
     return out
 

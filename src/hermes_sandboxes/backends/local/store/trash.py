@@ -8,7 +8,8 @@ letter or digit), no sandbox or checkpoint is ever in it, and a sweeper killed m
 entries there, which the next store open sweeps again.
 
 The sweeper works relative to its working directory (``.trash``), holds an flock on it while it
-sweeps, and lists it again before it exits: a rename made while it swept is seen by it or by the
+sweeps, removes it once it is empty (a rename into it then fails and is tried again), and lists
+it again before it exits: a rename made while it swept is seen by it or by the
 sweeper started after that rename, which waits for the lock.
 """
 
@@ -32,7 +33,15 @@ tried = set()
 while True:
     names = [n for n in os.listdir(".") if n not in tried]
     if not names:
-        break
+        try:
+            os.rmdir(os.getcwd())  # an empty trash goes (a rename into it meanwhile: not empty)
+            break
+        except FileNotFoundError:
+            break  # removed by the sweeper before this one
+        except OSError:
+            if not [n for n in os.listdir(".") if n not in tried]:
+                break  # only what rm could not remove: left for the next open
+            continue
     tried.update(names)
     subprocess.run(["rm", "-rf", "--", *names], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=False)
@@ -42,14 +51,17 @@ while True:
 def move(root: Path, volume: Path) -> bool:
     """Move ``volume`` into ``root``'s trash; False (nothing moved) if it cannot be renamed there."""
     trash = root / NAME
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(trash, 0o700)
-    target = trash / f"{volume.parent.name}-{volume.name}-{os.urandom(4).hex()}"
-    try:
-        os.rename(volume, target)
-    except OSError:
-        return False
-    return True
+    for _attempt in (1, 2):  # a sweeper removes the trash once empty: made again then
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(trash, 0o700)
+        try:
+            os.rename(volume, trash / f"{volume.parent.name}-{volume.name}-{os.urandom(4).hex()}")
+            return True
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return False
 
 
 def pending(root: Path) -> bool:
