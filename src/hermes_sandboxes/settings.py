@@ -45,6 +45,11 @@ class InvalidSettings(InvalidInput):
         self.reason = reason
 
 
+class InvalidOption(InvalidSettings):
+    """A setting given on the command line (``-o KEY=VALUE`` or the flag that sets it) is invalid:
+    bad usage, which a CLI reports with exit 2 rather than as an error of the sandbox or a file."""
+
+
 def _yaml_hint(value: object, expected: str) -> str:
     """Why a non-text value is refused, in words true of YAML, TOML and ``-o`` alike (each reads a
     bare ``off`` or ``123`` as a boolean or a number; quotes keep it text)."""

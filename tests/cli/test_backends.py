@@ -73,7 +73,7 @@ def test_an_invalid_setting_in_the_config_file_is_one_line_naming_file_table_and
     one_line_error(invoke("--config", str(config), "ls"), f"{config}: [local].network: 'wifi' is not a network mode")
     config.write_text("[local\n")
     one_line_error(invoke("--config", str(config), "ls"), "cannot be parsed")
-    one_line_error(invoke("-o", "cpus=4096", "ls"), "cpus")
+    one_line_error(invoke("-o", "cpus=4096", "ls"), "cpus", exit_code=2)  # the command line's: bad usage
 
 
 def test_flags_override_the_file_and_the_file_overrides_defaults(tmp_path: Path, home: Path) -> None:

@@ -107,6 +107,7 @@ def test_create_with_an_invalid_name_fails_in_one_line_and_changes_nothing(home:
     (["--memory", "0"], "size"),
     (["--memory", "1M"], "at least 16 MiB"),
     (["--network", "wifi"], "--network"),
+    (["--network", "proxy", "--allow", "no host!"], "Invalid value for '--allow': allow entry 'no host!'"),
     (["--pids", "0"], "--pids"),
     (["--cpus", "0"], "--cpus"),
     (["--base", "relative/dir"], "base"),

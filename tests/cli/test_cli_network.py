@@ -75,11 +75,12 @@ def test_allow_deny_and_set_change_a_running_sandbox_s_list_for_its_next_connect
 def test_bad_changes_are_one_line_errors_that_change_nothing(home: Path, proxied: LocalSandbox,
                                                               box: LocalSandbox) -> None:
     name = proxied.name
-    for args, says in ((("allow", name, "not a host!"), "not a host name"),
-                       (("deny", name, "example.com"), "allow-list has no entry example.com"),
-                       (("allow", box.name, "pypi.org"), "has network 'none'"),
-                       (("show", "no-such-sandbox"), "no sandbox named no-such-sandbox")):
-        assert_one_line_error(hs(home, "network", *args), exit_code=1, says=says)
+    for args, says, code in ((("allow", name, "not a host!"), "Invalid value for 'HOST...': allow entry", 2),
+                             (("set", name, "@pypi", "a b"), "allow entry 'a b' is not a host name", 2),
+                             (("deny", name, "example.com"), "allow-list has no entry example.com", 1),
+                             (("allow", box.name, "pypi.org"), "has network 'none'", 1),
+                             (("show", "no-such-sandbox"), "no sandbox named no-such-sandbox", 1)):
+        assert_one_line_error(hs(home, "network", *args), exit_code=code, says=says)
     assert as_json(home, "network", "show", name)["allow"] == ["@pypi"]
     assert ok(home, "network", "show", box.name).stdout.strip() == f"{box.name}: network none (no allow-list: " \
                                                                     "nothing is reachable)"

@@ -32,9 +32,11 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), env=env)
 
 
-def one_line_error(result: Result | subprocess.CompletedProcess[str], says: str, *, not_says: str = "") -> str:
+def one_line_error(result: Result | subprocess.CompletedProcess[str], says: str, *, not_says: str = "",
+                   exit_code: int = 1) -> str:
+    """The one line of an error; exit 1 for an error, 2 for bad usage (a bad -o on the command line)."""
     code = result.exit_code if isinstance(result, Result) else result.returncode
-    assert code == 1, (code, result.stdout, result.stderr)
+    assert code == exit_code, (code, result.stdout, result.stderr)
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert says in result.stderr, result.stderr
     assert not not_says or not_says not in result.stderr, result.stderr
@@ -148,13 +150,18 @@ def test_a_config_file_named_by_flag_or_variable_must_exist(tmp_path: Path, home
 
 
 def test_a_bad_override_is_blamed_on_the_override_not_on_a_file(home: Path, tmp_path: Path) -> None:
+    # a bad -o is bad usage (exit 2, as click's own); the same value in a file is an error of the file
     one_line_error(hs(home, "-o", "network=wifi", "ls"), "-o network=wifi: 'wifi' is not a network mode",
-                   not_says="config.toml")
+                   not_says="config.toml", exit_code=2)
     file = config(tmp_path, '[local]\nnetwork = "loopback"\n')
     one_line_error(hs(home, "--config", str(file), "-o", "network=wifi", "ls"), "-o network=wifi:",
-                   not_says=str(file))
-    one_line_error(hs(home, "-o", "bogus=1", "ls"), "-o bogus=1: unknown setting")
-    one_line_error(invoke("--home", "relative/dir", "ls"), "--home relative/dir: 'relative/dir' is not an absolute")
+                   not_says=str(file), exit_code=2)
+    one_line_error(hs(home, "-o", "bogus=1", "ls"), "-o bogus=1: unknown setting", exit_code=2)
+    one_line_error(hs(home, "-o", "bogus", "ls"), "-o bogus: -o takes KEY=VALUE", exit_code=2)
+    one_line_error(hs(home, "--config", str(config(tmp_path, '[local]\nnetwork = "wifi"\n')), "ls"),
+                   "[local].network: 'wifi' is not a network mode")
+    one_line_error(invoke("--home", "relative/dir", "ls"), "--home relative/dir: 'relative/dir' is not an absolute",
+                   exit_code=2)
 
 
 def test_a_size_without_a_unit_in_toml_says_so_without_yaml(home: Path, tmp_path: Path) -> None:
@@ -180,7 +187,7 @@ def test_a_base_that_is_not_a_root_filesystem_says_why(home: Path, tmp_path: Pat
     for base, why in ((tmp_path / "absent", "does not exist"), (tmp_path / "file", "is not a directory"),
                       (tmp_path / "empty", "has no bin/")):
         one_line_error(hs(home, "create", unique_name("base"), "--base", str(base)), f"--base {base}: '{base}' {why}",
-                       not_says="must be an absolute path")
+                       not_says="must be an absolute path", exit_code=2)
         file = config(tmp_path, f'[local]\nbase = "{base}"\n')
         one_line_error(hs(home, "--config", str(file), "ls"), f"{file}: [local].base: '{base}' {why}")
 

@@ -23,9 +23,12 @@ from hermes_sandboxes.cli.commands import apparmor, checkpoints, mcp, network, s
 from hermes_sandboxes.cli.config import parse_overrides
 from hermes_sandboxes.cli.session import Workspace
 from hermes_sandboxes.errors import CheckpointNotFound, SandboxError
+from hermes_sandboxes.settings import InvalidOption
 from hermes_sandboxes.ui.output import NotConfirmed, Ui, error
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
+_SEE_HELP = " (see --help)"
 
 
 class CliGroup(click.Group):
@@ -51,6 +54,9 @@ class CliGroup(click.Group):
         except click.ClickException as exc:
             error(exc.format_message() + _usage_hint(exc))
             return exc.exit_code
+        except InvalidOption as exc:  # -o KEY=VALUE on the command line: bad usage, as click's own
+            error(f"{exc}{_SEE_HELP}")
+            return EXIT_USAGE
         except SandboxError as exc:
             error(str(exc) + _listing_hint(exc))
             return EXIT_ERROR
@@ -82,7 +88,7 @@ def _usage_hint(exc: click.ClickException) -> str:
         # `exec box ls -la`: the command's own options were read as ours
         name = "NAME " if command == "exec" else ""
         return f" (put the command after --, e.g. hermes-sandboxes {command} {name}-- ls -la)"
-    return " (see --help)"
+    return _SEE_HELP
 
 
 @click.group(cls=CliGroup, no_args_is_help=True,

@@ -33,7 +33,7 @@ from typing import Any
 
 from hermes_sandboxes import backends
 from hermes_sandboxes.errors import InvalidInput
-from hermes_sandboxes.settings import BackendSettings, InvalidSettings
+from hermes_sandboxes.settings import BackendSettings, InvalidOption, InvalidSettings
 
 CONFIG_ENV = "HERMES_SANDBOXES_CONFIG"
 BACKEND_ENV = "HERMES_SANDBOXES_BACKEND"
@@ -100,7 +100,7 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise InvalidInput(f"-o takes KEY=VALUE, got {pair!r}")
+            raise InvalidOption(f"-o {pair}", "-o takes KEY=VALUE")
         try:
             out[key.strip()] = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError:
@@ -150,6 +150,6 @@ def load(backend: str | None, path: str | os.PathLike[str] | None = None,
             label = (labels or {}).get(top, f"-o {top}")
             value = given[top]
             where = f"{label}={value}" if label.startswith("-o") else f"{label} {value}"
-            raise InvalidSettings(where, exc.reason) from None
+            raise InvalidOption(where, exc.reason) from None
         raise InvalidSettings(f"{config_path}: [{chosen}].{key}", exc.reason) from None
     return Effective(chosen, settings, config_path, config_path.exists(), sources, backend_source)

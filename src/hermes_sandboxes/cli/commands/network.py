@@ -58,9 +58,22 @@ def _change(workspace: Workspace, name: str, replace: Sequence[str] | None, *, a
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
+def checked_hosts(_ctx: click.Context, param: click.Parameter, hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """``hosts`` if each is an allow-list entry, else bad usage (exit 2) naming the entry and the
+    argument or flag it came from: a typo on the command line is the caller's to fix, not an error
+    of the sandbox."""
+    from hermes_sandboxes import allowlist
+    from hermes_sandboxes.errors import InvalidInput
+
+    try:
+        return allowlist.validate(hosts)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param=param) from None
+
+
 @network.command(short_help="Let a sandbox reach more hosts.")
 @click.argument("name")
-@click.argument("hosts", nargs=-1, required=True, metavar="HOST...")
+@click.argument("hosts", nargs=-1, required=True, metavar="HOST...", callback=checked_hosts)
 @_JSON
 @click.pass_obj
 def allow(workspace: Workspace, name: str, hosts: tuple[str, ...], as_json: bool) -> None:
@@ -81,7 +94,7 @@ def deny(workspace: Workspace, name: str, hosts: tuple[str, ...], as_json: bool)
 
 @network.command(name="set", short_help="Replace a sandbox's allow-list.")
 @click.argument("name")
-@click.argument("hosts", nargs=-1, metavar="[HOST...]")
+@click.argument("hosts", nargs=-1, metavar="[HOST...]", callback=checked_hosts)
 @_JSON
 @click.pass_obj
 def set_(workspace: Workspace, name: str, hosts: tuple[str, ...], as_json: bool) -> None:

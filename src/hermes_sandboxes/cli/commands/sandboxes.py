@@ -13,6 +13,7 @@ import click
 from hermes_sandboxes import backends
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.commands import disk
+from hermes_sandboxes.cli.commands.network import checked_hosts
 from hermes_sandboxes.cli.running import announcer, finish, run_command, stdin_for
 from hermes_sandboxes.cli.session import CLI_POLICIES, OLD_SPELLINGS, Workspace
 from hermes_sandboxes.errors import InvalidInput, SandboxError, SandboxNotFound, Unsupported
@@ -39,7 +40,7 @@ def spec_options(func: F) -> F:
         click.option("--network", type=click.Choice(NETWORK_MODES), default=None,
                      help="none: no network (the default); loopback: its own 127.0.0.1; host: the host's "
                           "network; proxy: only the hosts given with --allow."),
-        click.option("--allow", "allow", multiple=True, metavar="HOST",
+        click.option("--allow", "allow", multiple=True, metavar="HOST", callback=checked_hosts,
                      help="With --network proxy: a host (*.wildcards, :port, IPs) it may reach (repeatable)."),
         click.option("--memory", metavar="SIZE", help="Memory limit, e.g. 512M or 2G."),
         click.option("--pids", type=click.IntRange(min=1), help="Most processes at once."),
