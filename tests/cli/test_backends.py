@@ -50,7 +50,8 @@ def one_line_error(result: Result, says: str, exit_code: int = 1) -> None:
 
 
 def test_an_unknown_backend_is_one_line_listing_the_known_ones() -> None:
-    one_line_error(invoke("--backend", "docker", "ls"), "unknown backend 'docker'; known backends: local, sprites, e2b")
+    one_line_error(invoke("--backend", "docker", "ls"), "unknown backend 'docker'; known backends: local, sprites, e2b",
+                   2)  # the flag: bad usage
     one_line_error(invoke("ls", env={"HERMES_SANDBOXES_BACKEND": "nope"}), "unknown backend 'nope'")
 
 

@@ -133,7 +133,7 @@ def test_the_store_and_the_backend_come_from_the_file_when_no_flag_names_them(tm
 
 def test_a_config_file_named_by_flag_or_variable_must_exist(tmp_path: Path, home: Path) -> None:
     missing = tmp_path / "typo.toml"
-    one_line_error(hs(home, "--config", str(missing), "ls"), f"--config {missing}: no such file")
+    one_line_error(hs(home, "--config", str(missing), "ls"), f"--config {missing}: no such file", exit_code=2)
     one_line_error(hs(home, "ls", env={"HERMES_SANDBOXES_CONFIG": str(missing)}),
                    f"$HERMES_SANDBOXES_CONFIG={missing}: no such file")
     # the default path may be missing: defaults apply
@@ -143,7 +143,7 @@ def test_a_config_file_named_by_flag_or_variable_must_exist(tmp_path: Path, home
     for extra in ({}, warm_kit.WARM_OFF):
         done = subprocess.run([*CLI, "--home", str(home), "--config", str(missing), "exec", "x", "--", "true"],
                               env={**os.environ, **extra}, capture_output=True, text=True, timeout=120, check=False)
-        one_line_error(done, f"--config {missing}: no such file")
+        one_line_error(done, f"--config {missing}: no such file", exit_code=2)
 
 
 # -- point 3: errors name their true source and cause ------------------------------------------------
@@ -164,6 +164,22 @@ def test_a_bad_override_is_blamed_on_the_override_not_on_a_file(home: Path, tmp_
                    exit_code=2)
 
 
+def test_a_bad_value_on_the_command_line_is_bad_usage_in_every_command(home: Path, tmp_path: Path) -> None:
+    """Exit 2 (as click's own usage errors) for a setting given on the command line, also in the
+    commands that exit 125 when the sandbox fails; 1 for the same value from a file or a variable."""
+    for command in (["ls"], ["create", unique_name("cli")], ["run", "--", "true"], ["exec", "x", "--", "true"]):
+        one_line_error(hs(home, "-o", "network=wifi", *command), "-o network=wifi: 'wifi' is not a network mode",
+                       exit_code=2)
+        one_line_error(hs(home, "--backend", "docker", *command), "--backend: unknown backend 'docker'",
+                       exit_code=2)
+    one_line_error(hs(home, "run", "--base", "relative", "--", "true"), "--base relative:", exit_code=2)
+    # the same values from a file or a variable: errors of the file or the environment, exit 1 (not 125)
+    file = config(tmp_path, '[local]\nnetwork = "wifi"\n')
+    for command in (["ls"], ["run", "--", "true"], ["exec", "x", "--", "true"]):
+        one_line_error(hs(home, "--config", str(file), *command), f"{file}: [local].network: 'wifi'")
+        one_line_error(hs(home, *command, env={"HERMES_SANDBOXES_BACKEND": "nope"}), "$HERMES_SANDBOXES_BACKEND=nope:")
+
+
 def test_a_size_without_a_unit_in_toml_says_so_without_yaml(home: Path, tmp_path: Path) -> None:
     file = config(tmp_path, "[local]\nmemory = 2048\n")
     one_line_error(hs(home, "--config", str(file), "ls"), f"{file}: [local].memory: 2048 has no unit",
@@ -178,7 +194,7 @@ def test_an_unknown_backend_names_where_it_was_written(tmp_path: Path) -> None:
     one_line_error(invoke("--config", str(file), "ls"), f"{file}: backend: unknown backend 'bogus'; known backends")
     one_line_error(invoke("ls", env={"HERMES_SANDBOXES_BACKEND": "nope"}),
                    "$HERMES_SANDBOXES_BACKEND=nope: unknown backend 'nope'")
-    one_line_error(invoke("--backend", "docker", "ls"), "--backend: unknown backend 'docker'")
+    one_line_error(invoke("--backend", "docker", "ls"), "--backend: unknown backend 'docker'", exit_code=2)
 
 
 def test_a_base_that_is_not_a_root_filesystem_says_why(home: Path, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from hermes_sandboxes.settings import InvalidOption
 from hermes_sandboxes.ui.output import NotConfirmed, Ui, error
 
 EXIT_ERROR = 1
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # also for a bad -o, --home, --base, --backend or --config (settings.InvalidOption)
 _SEE_HELP = " (see --help)"
 
 

@@ -82,7 +82,8 @@ def read_file(path: Path, named_by: str | None = None) -> dict[str, Any]:
         if named_by is None:
             return {}
         where = f"{named_by}{'' if named_by.endswith('=') else ' '}{path}"
-        raise InvalidSettings(where, "no such file (only the default config file may be missing)") from None
+        invalid = InvalidOption if named_by == "--config" else InvalidSettings  # the flag: bad usage, exit 2
+        raise invalid(where, "no such file (only the default config file may be missing)") from None
     except IsADirectoryError:
         raise InvalidSettings(str(path), "is a directory, not a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
@@ -119,12 +120,13 @@ def _backend_choice(flag: str | None, data: Mapping[str, Any], path: Path) -> tu
         chosen, source = data["backend"], f"{path}: backend"
     else:
         return backends.DEFAULT_BACKEND, DEFAULT_SOURCE
+    invalid = InvalidOption if source == "--backend" else InvalidSettings  # the flag: bad usage, exit 2
     if not isinstance(chosen, str):
-        raise InvalidSettings(source, f"expected a backend name in quotes, got {chosen!r}")
+        raise invalid(source, f"expected a backend name in quotes, got {chosen!r}")
     try:
         backends.entry(chosen)
     except InvalidInput as exc:  # unknown: one line listing the known ones, naming where it was written
-        raise InvalidSettings(source, str(exc)) from None
+        raise invalid(source, str(exc)) from None
     return chosen, source
 
 

@@ -138,6 +138,10 @@ def _exit_125_on_error() -> Iterator[None]:
     try:
         yield
     except SandboxError as exc:
+        from hermes_sandboxes.settings import InvalidSettings
+
+        if isinstance(exc, InvalidSettings):
+            raise  # not the sandbox: a bad flag (exit 2) or a bad config file or variable (exit 1)
         error(str(exc))
         sys.exit(EXIT_SANDBOX_FAILED)
 
