@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_sandboxes.backends.local import LocalSandbox
+from hermes_sandboxes.recorder.journal import Journal
+from hermes_sandboxes.recorder.sandbox import RecordedSandbox
 from hermes_sandboxes.recorder.state import HostState
 from tests.cli import cli_kit
 from tests.cli.cli_kit import CLI, as_json, ok
@@ -76,3 +78,20 @@ def test_a_restore_recorded_only_in_the_journal_is_logged(home: Path, box: Local
     assert not any(r["type"] == "restore_start" for r in logged), logged
     # once: the records both files hold are not shown twice
     assert [r["type"] for r in logged].count("checkpoint") == 1, logged
+
+
+def test_log_shows_the_agent_session_that_sent_a_command(home: Path, box: LocalSandbox) -> None:
+    """A command recorded with a session id (as the Hermes plugin records each of the agent's) shows
+    it in the text form as in --json; one without shows none."""
+    journal, audit = paths(box)
+    recorded = RecordedSandbox(box, Journal(journal), Journal(audit),
+                               origin={"via": "hermes", "task": "t1", "session": "20261203_074500_ab12cd"})
+    assert recorded.exec("echo agent").exit_code == 0
+    ok(home, "exec", box.name, "--", "echo by-hand")
+    agent, by_hand = commands(home, box.name)
+    assert agent["origin"]["session"] == "20261203_074500_ab12cd" and "session" not in by_hand.get("origin", {})
+    lines = ok(home, "log", box.name).stdout.splitlines()
+    [agent_line] = [line for line in lines if "echo agent" in line]
+    [by_hand_line] = [line for line in lines if "echo by-hand" in line]
+    assert "[session 20261203_074500_ab12cd]" in agent_line, lines
+    assert "session" not in by_hand_line, lines

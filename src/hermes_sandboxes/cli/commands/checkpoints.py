@@ -394,6 +394,8 @@ def _describe(r: Record, triggers: Mapping[str, str]) -> list[str]:
     """EXIT, TOOK and DETAIL cells for one record (``triggers``: each checkpoint's, by id)."""
     if isinstance(r, ExecRecord):
         detail = one_line(r.command, 80) + (f"  ({r.error})" if r.error else "")
+        if r.origin.get("session"):  # the agent session that sent it (Hermes records carry it; --json too)
+            detail += f"  [session {r.origin['session']}]"
         return [_exit_text(r.exit_code, r.timed_out, _ending(r.to_summary())), duration(r.duration_s), detail]
     if isinstance(r, CheckpointRecord):
         # an automatic checkpoint's comment already names its command; say it only when it does not
