@@ -77,3 +77,15 @@ def test_filling_socket_buffers_past_the_limit_is_said_to_be_a_memory_kill_and_t
         assert init_state(sb)["pid"] == init
         ends = [(e.exit_code, e.error) for e in recorded.journal.records_of(ExecRecord, sandbox=recorded.name)]
         assert ends[-2:] == [(137, MEMORY_KILL), (0, None)], ends
+
+
+def test_a_command_can_raise_its_score_but_never_go_below_0(local_backend: LocalBackend) -> None:
+    """Why the init is not lowered below 0 (see the module's docstring): a command may go back only
+    as low as the init's floor, so it can never be exempt from the OOM killer (-1000) nor rank
+    below the host's processes. Root inside has no CAP_SYS_RESOURCE where it would count."""
+    with new_sandbox(local_backend, SandboxSpec(limits=Limits(memory_bytes=LIMIT))) as sb:
+        low = sb.exec("echo -1000 > /proc/self/oom_score_adj; echo -1 > /proc/self/oom_score_adj; "
+                      "cat /proc/self/oom_score_adj", timeout=60)
+        assert low.stdout.split() == ["1000"] and low.stderr.count("Permission denied") == 2, low
+        back = sh(sb, "echo 0 > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj /proc/1/oom_score_adj")
+        assert back.stdout.split() == ["0", "0"]
