@@ -348,6 +348,8 @@ def call(argv: list[str | bytes], env: dict[str, str], stdin: bytes = b"") -> tu
 def test_a_killed_server_costs_one_in_process_call_then_a_new_server_serves(
         home: Path, box: LocalSandbox, rt: dict[str, str]) -> None:
     server = warm_kit.start(rt)
+    # (the kit knows a server by its start time too: whoever gets its pid next is not it)
+    assert warm_kit.is_server(server) and not warm_kit.is_server(warm_kit.ServerPid(server, server.started + 1))
     os.kill(server, signal.SIGKILL)
     warm_kit.wait_gone(server)
     argv = cli(home, "exec", box.name, "--", "echo hi")
@@ -402,27 +404,29 @@ def _catches(pid: int, sig: int) -> bool:
 
 
 # ui/text.py: imported by the server, outside cli/ (the check once watched cli/ only, where this
-# module had been); cli/commands/demo.py: imported by no server, only by a worker that runs `demo`
+# module had been); cli/commands/demo.py: imported by no server, only by a worker that runs `demo`.
+# The server runs a copy of the package, whose file the test changes: a change to the checkout's
+# would make every server of a copy of the suite running alongside stale, and its warm tests fail.
 @pytest.mark.parametrize("module", ["ui/text.py", "cli/commands/demo.py"])
 def test_a_changed_package_file_makes_the_server_step_aside_for_a_new_one(
-        home: Path, box: LocalSandbox, rt: dict[str, str], module: str) -> None:
-    server = warm_kit.start(rt)
+        home: Path, box: LocalSandbox, rt: dict[str, str], module: str, tmp_path: Path) -> None:
     import hermes_sandboxes
 
-    source = Path(hermes_sandboxes.__file__).parent / module
+    copy = tmp_path / "src"
+    shutil.copytree(Path(hermes_sandboxes.__file__).parent, copy / "hermes_sandboxes")  # (mtimes kept)
+    rt = {**rt, "PYTHONPATH": os.pathsep.join([str(copy), *filter(None, [rt.get("PYTHONPATH")])])}
+    server = warm_kit.start(rt)
+    source = copy / "hermes_sandboxes" / module
     before = source.stat()
     os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
-    try:
-        code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
-        assert (code, out) == (0, b"hi\n")
-        assert warm_kit.owners(journal(box)) == [pid]  # it ran in-process
-        warm_kit.wait_gone(server)
-        successor = warm_kit.wait_for_server(rt)
-        code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
-        assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] != pid
-        assert warm_kit.server_pid(rt) == successor
-    finally:
-        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+    assert (code, out) == (0, b"hi\n")
+    assert warm_kit.owners(journal(box)) == [pid]  # it ran in-process
+    warm_kit.wait_gone(server)
+    successor = warm_kit.wait_for_server(rt)
+    code, out, _, pid = call(cli(home, "exec", box.name, "--", "echo hi"), rt)
+    assert (code, out) == (0, b"hi\n") and warm_kit.owners(journal(box))[-1] != pid
+    assert warm_kit.server_pid(rt) == successor
 
 
 # -- who it serves, how many there are ---------------------------------------------------------------

@@ -3,6 +3,10 @@
 The session (conftest.py) points ``XDG_RUNTIME_DIR`` at a throw-away directory, so every CLI a test
 starts talks to servers of this run only, and stops them at the end by the pids they recorded,
 after checking that each pid is one of our servers.
+
+A server found here is a ``ServerPid``: its pid with its start time (/proc/PID/stat field 22), so
+that a pid the kernel gave again (the suite forks a lot, pid_max may be 32768), even to another
+server of ours, is not taken for it.
 """
 
 from __future__ import annotations
@@ -35,25 +39,58 @@ def key(env: dict[str, str] | None = None) -> str:
     return done.stdout.strip()
 
 
-def server_pid(env: dict[str, str] | None = None) -> int | None:
+class ServerPid(int):
+    """A server's pid that knows when that server started (clock ticks after boot)."""
+
+    started: int
+
+    def __new__(cls, pid: int, started: int) -> ServerPid:
+        self = super().__new__(cls, pid)
+        self.started = started
+        return self
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (None: no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[22 - 3])
+
+
+def server_at(pid: int) -> ServerPid | None:
+    """``pid`` as the server that runs under it now, if a server does."""
+    started = start_time(pid)
+    if started is None:
+        return None
+    server = ServerPid(pid, started)
+    return server if is_server(server) else None
+
+
+def server_pid(env: dict[str, str] | None = None) -> ServerPid | None:
     """The live server's pid for ``env``, if one runs."""
     pidfile = runtime_dir(env) / f"{key(env)}.pid"
     try:
         pid = int(pidfile.read_text())
     except (OSError, ValueError):
         return None
-    return pid if is_server(pid) else None
+    return server_at(pid)
 
 
 def is_server(pid: int) -> bool:
-    """A live server (its workers, forked from it, share its command line but not its session)."""
+    """A live server (its workers, forked from it, share its command line but not its session);
+    for a ``ServerPid``, the very one that started then, not whoever got its pid since."""
     try:
         if _SERVER_MARK not in Path(f"/proc/{pid}/cmdline").read_bytes():
             return False
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
-    state, _ppid, _pgrp, session = stat[stat.rindex(b")") + 2:].split()[:4]
+    fields = stat[stat.rindex(b")") + 2:].split()
+    if isinstance(pid, ServerPid) and int(fields[22 - 3]) != pid.started:
+        return False
+    state, _ppid, _pgrp, session = fields[:4]
     return state != b"Z" and int(session) == pid
 
 
@@ -67,14 +104,14 @@ def answers(env: dict[str, str] | None = None) -> bool:
     return True
 
 
-def start(env: dict[str, str] | None = None, timeout: float = 60) -> int:
+def start(env: dict[str, str] | None = None, timeout: float = 60) -> ServerPid:
     """Start the server for ``env`` (as a client that finds none does) and wait until it listens."""
     subprocess.run([sys.executable, "-c", "from hermes_sandboxes.cli.fastpath import warm; "
                     "warm.start_server(warm.key_of(warm.stamp()))"], env=env, check=True, timeout=60)
     return wait_for_server(env, timeout)
 
 
-def wait_for_server(env: dict[str, str] | None = None, timeout: float = 60) -> int:
+def wait_for_server(env: dict[str, str] | None = None, timeout: float = 60) -> ServerPid:
     deadline = time.monotonic() + timeout
     while (pid := server_pid(env)) is None:
         assert time.monotonic() < deadline, f"no warm exec server came up in {runtime_dir(env)}"
@@ -83,9 +120,12 @@ def wait_for_server(env: dict[str, str] | None = None, timeout: float = 60) -> i
 
 
 def wait_gone(pid: int, timeout: float = 60) -> None:
+    """Wait until server ``pid`` ended (a ``ServerPid``: that server, whoever has its pid since)."""
     deadline = time.monotonic() + timeout
     while is_server(pid):
-        assert time.monotonic() < deadline, f"server {pid} still runs:\n{where_it_is(pid)}"
+        assert time.monotonic() < deadline, (
+            f"server {pid} (started at tick {getattr(pid, 'started', '?')}, now {start_time(pid)}) still runs:\n"
+            f"{where_it_is(pid)}")
         time.sleep(0.02)
 
 
@@ -111,10 +151,10 @@ def stop_all(where: Path) -> None:
     """Stop every server that recorded its pid in ``where`` (ours only: checked by command line)."""
     for pidfile in where.glob("*.pid"):
         try:
-            pid = int(pidfile.read_text())
+            pid = server_at(int(pidfile.read_text()))
         except (OSError, ValueError):
             continue
-        if is_server(pid):
+        if pid is not None:
             os.kill(pid, signal.SIGTERM)
             try:
                 wait_gone(pid, timeout=10)
