@@ -1,4 +1,4 @@
-"""How the CLI talks to people and to scripts.
+"""How both command lines (``hermes-sandboxes`` and ``hermes sandbox``) talk to people and to scripts.
 
 Rich output (colour, boxed tables, spinners) only when the stream is a terminal; otherwise plain,
 stable text a script can parse: tables become space-aligned columns with no truncation, spinners
