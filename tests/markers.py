@@ -115,10 +115,6 @@ SLOW: tuple[str, ...] = (
     "rootless/test_confinement.py::test_the_users_home_its_secrets_and_the_hosts_tmp_are_invisible",  # 4.4 s
     "rootless/test_confinement.py::test_every_system_call_the_filter_denies_is_denied_rootless_too",  # 3.3 s
     "store_rootless/test_rootless_backend.py::test_the_store_kind_and_its_flag",  # 8.7 s
-    "store_rootless/test_rootless_backend.py::test_store_info_and_doctor_name_the_store_before_the_base_is_built[ext4]",
-    "store_rootless/test_rootless_store.py::test_the_kind_is_the_best_the_filesystem_gives[xfs]",  # 3.6 s
-    "store_rootless/test_rootless_store.py::test_the_kind_is_the_best_the_filesystem_gives[ext4]",  # 2.9 s
-    "store_rootless/test_rootless_store.py::test_the_kind_is_the_best_the_filesystem_gives[btrfs-rm]",  # 2.6 s
     "e2b/test_e2b_hermes_plugin.py::test_a_resumed_sandbox_takes_a_changed_allow_setting_but_keeps_a_change_made_from_the_shell",
     "e2b/test_e2b_hermes_plugin.py::test_a_real_hermes_runs_its_terminal_tool_in_an_e2b_sandbox_with_checkpoints",
     "e2b/test_e2b_cleanup.py::test_cleanup_during_a_command_is_deferred_until_it_ends",  # 4.6 s
@@ -145,13 +141,6 @@ SLOW: tuple[str, ...] = (
     "sprites/test_sprites_fake_server.py::test_two_processes_creating_one_name_end_with_one_sprite",
     "sprites/test_sprites_cli.py::test_checkpoints_through_the_cli",  # 2.2 s
     "sprites/test_sprites_cli.py::test_create_exec_timeout_and_rm_through_the_cli",
-    "contract/test_contract_checkpoints.py::test_a_fork_has_the_checkpoints_files_and_both_run_independently[e2b]",
-    "contract/test_contract_checkpoints.py::test_restore_brings_back_exactly_the_checkpointed_files[e2b]",
-    "contract/test_contract_spec.py::test_open_resumes_the_same_spec_and_refuses_another_naming_both_values[e2b]",
-    "contract/test_contract_commands.py::test_a_timeout_stops_the_command_with_exit_124[e2b]",
-    "contract/test_contract_commands.py::test_a_timeout_stops_the_command_with_exit_124[sprites]",
-    "contract/test_contract_commands.py::test_a_tree_kill_takes_detached_children_too_where_the_backend_promises_it[e2b]",
-    "contract/test_contract_commands.py::test_a_tree_kill_takes_detached_children_too_where_the_backend_promises_it[sprites]",
     "mcp/test_mcp_http.py::test_an_sdk_client_with_the_token_runs_commands_with_progress_and_restores",  # 4.6 s
     "mcp/test_mcp_http.py::test_a_cancelled_call_over_http_kills_the_command_and_records_it",  # 3.2 s
     "mcp/test_mcp_sessions.py::test_the_real_command_over_stdio_records_what_it_runs",
@@ -160,6 +149,95 @@ SLOW: tuple[str, ...] = (
     "docs/test_readme.py::test_a_checked_readme_example_prints_what_the_readme_shows[README.md:26]",  # 3.2 s
     "docs/test_readme.py::test_the_readme_python_example_runs_as_printed_and_prints_what_its_comments_say",  # 3.2 s
     "docs/test_setup_script.py::test_a_held_lock_is_waited_for_visibly_and_the_wait_ends_when_it_is_released",
+    # The second pass (3 Dec 2026 06:40 UTC, load 0.4 -> 2.4: 1,763 tests, 251 s of wall time, 245 s of
+    # tests): every quick-selection test of 0.7 s or more, with the seconds it took there, and the
+    # repeats on the cloud fakes of the contract and the rootless stores' other kinds, whose one fixture
+    # per kind costs 2-8 s (``FILE::*[ID]`` names every test of FILE with the parameter ID); QUICK keeps
+    # one test per file and kind. Single tests of files that keep others:
+    "remote/test_recovery.py::test_an_oversized_archive_is_cut_off_while_it_streams",  # [sprites] 16 s
+    "bench/test_bench_mcp.py",  # its one test: 4.4 s
+    "e2b/test_e2b_mcp.py",  # its one test: 3.2 s (the MCP story stays: mcp/, sprites/test_sprites_mcp.py)
+    "hermes/test_idle_setting.py",  # its one test: 2.4 s (idle stops stay: local/test_idle.py's QUICK)
+    "unit/test_values.py::test_values_survive_pickling",  # 3.5 s
+    "contract/test_contract_commands.py::*[sprites]",
+    "contract/test_contract_commands.py::*[e2b]",
+    "contract/test_contract_checkpoints.py::*[sprites]",
+    "contract/test_contract_checkpoints.py::*[e2b]",
+    "contract/test_contract_tags.py::*[sprites]",
+    "contract/test_contract_tags.py::*[e2b]",
+    "contract/test_contract_spec.py::*[e2b]",
+    "contract/test_contract_commands.py::test_a_tree_kill_takes_detached_children_too_where_the_backend_promises_it"
+    "[local-degraded]",  # 1.1 s ([local] stays: the quick loop's timeout and tree kill)
+    "contract/test_contract_commands.py::test_a_timeout_stops_the_command_with_exit_124[local-degraded]",  # 1.1 s
+    "store_rootless/test_rootless_store.py::*[btrfs-rm]",  # 2.2 s
+    "store_rootless/test_rootless_store.py::*[xfs]",  # 2.7 s
+    "store_rootless/test_rootless_store.py::*[ext4]",  # 4.6 s
+    "store_rootless/test_rootless_backend.py::*[btrfs-rm]",  # 8.3 s
+    "store_rootless/test_rootless_backend.py::*[xfs]",  # 2.1 s
+    "store_rootless/test_rootless_backend.py::test_disk_limits_are_refused_and_nothing_is_left",  # 1.6 s
+    "store_rootless/test_rootless_backend.py::test_store_info_and_doctor_name_the_store_before_the_base_is_built",
+    "store_rootless/test_overlay_chain.py::test_killed_midway_every_listed_checkpoint_still_reads_as_taken"
+    "[restore-staged]",  # 1.4 s
+    # test_confinement's ``seen`` fixture (2 s) with every test of it; its ``escapes`` ones stay
+    "rootless/test_confinement.py::test_configured_masks_hide_their_directory_and_file_inside",
+    "rootless/test_confinement.py::test_files_the_user_owns_cannot_be_written_from_inside",
+    "rootless/test_confinement.py::test_the_users_other_processes_cannot_be_signalled",
+    "rootless/test_confinement.py::test_root_inside_is_the_user_and_its_subordinate_ids",
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process[log]",  # 1.3 s
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process[checkpoint list]",
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process[ls]",  # 1.2 s
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process[bad usage]",
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process"
+    "[an unknown checkpoint]",  # 0.8 s
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process[config]",  # 0.8 s
+    "cli/test_cli_warm.py::test_other_commands_give_the_same_bytes_and_codes_warm_as_in_process"
+    "[a command's help]",  # 0.7 s
+    "cli/test_cli_warm.py::test_signals_reach_the_worker_which_stops_and_records_the_command[1]",  # 1 s
+    "cli/test_cli_warm.py::test_warm_and_in_process_give_the_same_bytes_codes_and_records[env and cwd options]",
+    "cli/test_cli_warm.py::test_warm_and_in_process_give_the_same_bytes_codes_and_records[bytes and codes]",
+    "cli/test_cli_warm.py::test_warm_and_in_process_give_the_same_bytes_codes_and_records"
+    "[bytes in the command line]",  # 0.8 s
+    "cli/test_cli_warm.py::test_warm_and_in_process_give_the_same_bytes_codes_and_records[stdin with its end]",
+    "cli/test_cli_warm.py::test_warm_and_in_process_give_the_same_bytes_codes_and_records[a bad option]",
+    "cli/test_cli_warm.py::test_under_nohup_a_hang_up_leaves_the_call_and_its_command_running[warm]",  # 1 s
+    "cli/test_cli_warm.py::test_the_worker_takes_on_the_clients_environment_directory_umask_and_ignored_signals",
+    "cli/test_cli_warm.py::test_a_checkpoint_taken_warm_is_recorded_by_the_worker",  # 0.8 s
+    "cli/test_cli_warm.py::test_a_run_whose_client_is_killed_is_destroyed_by_its_worker",  # 0.7 s
+    "cli/test_cli_warm.py::test_the_exec_of_a_running_command_is_recorded_by_the_worker_as_running",  # 0.7 s
+    "cli/test_cli_warm.py::test_a_client_killed_with_sigkill_has_its_command_stopped_inside_and_recorded",
+    "cli/test_cli_checkpoints.py::test_a_hung_health_command_is_killed_at_its_timeout_and_counts_as_failed",  # 1.2 s
+    "cli/test_cli.py::test_exec_stops_a_command_at_its_timeout_with_exit_124",  # 1.1 s
+    "cli/test_cli.py::test_run_destroys_its_sandbox_after_a_timeout",  # 1.1 s
+    "cli/test_cli_settings.py::test_exec_checkpoints_as_auto_checkpoint_says_when_checkpoint_is_not_given[warm]",
+    "cli/test_cli_shell.py::test_ctrl_z_stops_the_foreground_job_and_the_shell_takes_the_terminal_back",  # 0.7 s
+    "e2b/test_e2b_cleanup.py::test_cleanup_of_a_vanished_sandbox_and_a_repeated_cleanup_do_nothing[persistent]",
+    "e2b/test_e2b_cleanup.py::test_a_persistent_sandbox_e2b_paused_is_resumed_for_the_pull_back_and_left_to_pause"
+    "_again",  # 0.8 s
+    "e2b/test_e2b_cleanup.py::test_a_finalised_environment_never_pulls_and_only_an_ephemeral_sandbox_is_destroyed"
+    "[ephemeral]",  # 0.7 s
+    "e2b/test_e2b_backend.py::test_by_name_another_posture_template_or_labels_is_refused_and_no_spec_resumes_it",
+    "e2b/test_e2b_backend.py::test_for_a_hermes_task_a_tightened_posture_gives_a_new_sandbox_beside_the_old",
+    "e2b/test_e2b_backend.py::test_an_ephemeral_sandbox_is_killed_at_its_lease_end_and_on_destroy",  # 0.8 s
+    "e2b/test_e2b_backend.py::test_errors_are_mapped_and_never_show_the_key",  # 0.8 s
+    "e2b/test_e2b_backend.py::test_a_paused_sandbox_is_resumed_by_the_next_command",  # 0.8 s
+    "e2b/test_e2b_backend.py::test_exec_returns_code_and_both_streams_with_the_lease_extended_first_when_short",
+    "e2b/test_e2b_backend.py::test_open_creates_a_persistent_sandbox_once_and_finds_it_again",  # 0.7 s
+    "e2b/test_e2b_upstream_scope.py::test_a_sandbox_opened_for_a_task_is_found_again_by_its_name_and_the_other_way"
+    "_round",  # 0.9 s
+    "e2b/test_e2b_fake_server.py::test_the_stream_deadline_bounds_a_command_and_closing_a_stream_does_not",  # 0.9 s
+    "e2b/test_e2b_hermes_plugin.py::test_a_command_with_a_long_deadline_gets_its_lease_before_it_starts",  # 0.7 s
+    "sprites/test_sprites_published_shapes.py::test_a_rate_limited_create_waits_what_the_service_asks_then_succeeds",
+    "sprites/test_sprites_backend.py::test_a_timeout_kills_the_remote_command_through_the_kill_endpoint",  # 1.1 s
+    "sprites/test_sprites_backend.py::test_a_rate_limited_exec_is_retried_before_anything_runs",  # 1.1 s
+    "sprites/test_sprites_backend.py::test_checkpoints_are_created_with_a_comment_listed_and_restored",  # 0.7 s
+    "sprites/test_sprites_fake_server.py::test_a_slow_create_is_visible_as_creating_and_blocks_the_name",  # 1.1 s
+    "sprites/test_sprites_diff.py::test_after_a_restore_the_newest_five_are_still_mounted",  # 0.7 s
+    "local/test_egress_attacks.py::test_new_certificates_are_issued_at_a_bounded_rate",  # 1.3 s
+    "local/test_egress.py::test_without_brokering_the_system_store_is_the_base_s",  # 1.1 s
+    "local/test_processes.py::test_a_timeout_returns_124_and_says_so",  # 1 s
+    "local/test_stub.py::test_a_command_after_a_quiet_spell_is_a_stub_born_in_its_own_group",  # 0.7 s
+    "mcp/test_mcp_sessions.py::test_a_cancelled_exec_kills_the_command_tree_and_is_recorded_as_interrupted",  # 1.1 s
+    "remote/test_recovery.py::test_missing_files_come_back_in_place_and_conflicts_are_kept_aside[e2b]",  # 0.7 s
 )
 
 # The fast tests of the slow files above that stay in the quick loop (the file's guarantee in one test).
@@ -169,12 +247,28 @@ QUICK: tuple[str, ...] = (
     "local/test_idle.py::test_an_idle_timeout_is_refused_unless_positive",
     "local/test_idle.py::test_the_cli_and_the_config_file_set_it",
     "local/test_walk_race.py::test_a_tree_walk_does_not_follow_symlinks_anywhere",
+    # one test per file and cloud fake of the contract, the cheapest (the local backends run them all;
+    # contract/test_contract_spec.py's one test on sprites stays as it is)
+    "contract/test_contract_commands.py::test_a_backend_reports_whether_it_can_run_here_and_closes_cleanly[sprites]",
+    "contract/test_contract_commands.py::test_a_backend_reports_whether_it_can_run_here_and_closes_cleanly[e2b]",
+    "contract/test_contract_checkpoints.py::test_a_spec_value_the_backend_cannot_honour_is_refused[sprites]",
+    "contract/test_contract_checkpoints.py::test_a_spec_value_the_backend_cannot_honour_is_refused[e2b]",
+    "contract/test_contract_tags.py::test_a_tagged_exec_runs_as_given_and_a_bad_tag_is_refused[sprites]",
+    "contract/test_contract_tags.py::test_a_tagged_exec_runs_as_given_and_a_bad_tag_is_refused[e2b]",
 )
 
 
 def _listed(rel: str, node: str, entries: tuple[str, ...]) -> bool:
-    """Whether a file, a test or a test with all its parameters in ``entries`` names this one."""
-    return any(rel == e or node == e or node.startswith(e + "[") for e in entries)
+    """Whether a file, a test or a test with all its parameters in ``entries`` names this one, or
+    ``FILE::*[ID]`` every test of FILE with the parameter ID."""
+    for entry in entries:
+        file, _, test = entry.partition("::")
+        if test.startswith("*["):
+            if rel == file and node.endswith(test[1:]):
+                return True
+        elif rel == entry or node == entry or node.startswith(entry + "["):
+            return True
+    return False
 
 
 def marks_for(item: pytest.Item) -> list[str]:
