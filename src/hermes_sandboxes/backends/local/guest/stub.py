@@ -128,7 +128,9 @@ class Stub:
         self.pid, self.sock, self.group, self.ready = pid, sock, group, False
 
     def is_ready(self) -> bool | None:
-        """True once it sits in the spare group, False if not yet, None if it is gone."""
+        """True once it sits in the spare group, False if not yet, None if it is gone or going (a
+        SIGKILL pending: ``kill -9 -1`` from the command before, which the stub has not died of
+        yet on a busy machine; handed a request now, it would die with it, its command never run)."""
         if not self.ready:
             try:
                 said = self.sock.recv(1)
@@ -139,7 +141,7 @@ class Stub:
             if said != _READY:
                 return None
             self.ready = True
-        return True
+        return None if _killed(self.pid) else True
 
     def hand_over(self, message: dict[str, Any], fds: list[int]) -> None:
         """Send the request: the stub runs it. Non-blocking, so a stub that root inside stopped
@@ -155,6 +157,19 @@ class Stub:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _killed(pid: int) -> bool:
+    """Whether a SIGKILL is pending for ``pid`` (either set of /proc/PID/status; ~20 us)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return True  # gone already
+    for line in status.splitlines():
+        if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & (1 << (signal.SIGKILL - 1)):
+            return True
+    return False
 
 
 def start(group_procs: int, group: str) -> Stub:
