@@ -159,6 +159,7 @@ SLOW: tuple[str, ...] = (
     "e2b/test_e2b_mcp.py",  # its one test: 3.2 s (the MCP story stays: mcp/, sprites/test_sprites_mcp.py)
     "hermes/test_idle_setting.py",  # its one test: 2.4 s (idle stops stay: local/test_idle.py's QUICK)
     "unit/test_values.py::test_values_survive_pickling",  # 3.5 s
+    "unit/test_markers.py",  # collects the whole suite: 7 s
     "contract/test_contract_commands.py::*[sprites]",
     "contract/test_contract_commands.py::*[e2b]",
     "contract/test_contract_checkpoints.py::*[sprites]",
@@ -258,7 +259,7 @@ QUICK: tuple[str, ...] = (
 )
 
 
-def _listed(rel: str, node: str, entries: tuple[str, ...]) -> bool:
+def listed(rel: str, node: str, entries: tuple[str, ...]) -> bool:
     """Whether a file, a test or a test with all its parameters in ``entries`` names this one, or
     ``FILE::*[ID]`` every test of FILE with the parameter ID."""
     for entry in entries:
@@ -280,7 +281,7 @@ def marks_for(item: pytest.Item) -> list[str]:
     if any(p in item.name for p in CLOUD_PARAMETERS) and "fake_cloud" not in marks:
         marks.append("fake_cloud")
     node = f"{rel}::{item.name}"
-    if _listed(rel, node, SLOW) and not _listed(rel, node, QUICK):
+    if listed(rel, node, SLOW) and not listed(rel, node, QUICK):
         marks.append("slow")
     return marks
 
