@@ -149,8 +149,8 @@ class FakeProcess:
             else:
                 end = End(code if code is not None else -1, True, f"exit status {code}", None)
         self.end = end
+        self.done.set()  # before the end event: a client that saw it may list processes at once
         self.emit(("end", end))
-        self.done.set()
 
     def kill(self) -> None:
         """Blocking: SIGKILL the command and everything it started."""
@@ -159,8 +159,8 @@ class FakeProcess:
             self.local.kill()
         elif not self.done.is_set():  # never launched (stdin still open)
             self.end = End(-1, False, "signal: killed", "signal: killed")
-            self.emit(("end", self.end))
             self.done.set()
+            self.emit(("end", self.end))
 
     @property
     def running(self) -> bool:
