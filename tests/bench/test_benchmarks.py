@@ -175,7 +175,7 @@ def test_the_hostile_tree_benchmark_runs_and_writes_diff_preview_and_restore_row
     assert deep["runs"][0]["changes"] == deep["runs"][0]["preview_files"] == 61  # /opt/hs-bench and 60 levels
     assert flat["runs"][0]["changes"] == 702  # 700 files, their directory and /opt/hs-bench
     assert set(deep["median"]) == {"diff_s", "diff_traced_s", "diff_peak_mb", "preview_s", "restore_yes_s"}
-    assert "| deep_60 | 2 |" in proc.stdout and "| flat_700 | 1 |" in proc.stdout
+    assert "| deep_60 (btrfs) | 2 |" in proc.stdout and "| flat_700 (btrfs) | 1 |" in proc.stdout  # (the store named)
     assert list(scratch.iterdir()) == [], "the benchmark left its store behind"
 
 
