@@ -177,7 +177,16 @@ def _watch(conn: socket.socket, done: threading.Event) -> None:
         if not done.is_set():
             signal.pthread_kill(main, signal.SIGHUP)
 
-    threading.Thread(target=watch, name="hermes-sandboxes-warm-client", daemon=True).start()
+    # with every signal blocked (inherited from this thread's mask, so from its first instruction):
+    # a signal sent to the worker (the client forwards Ctrl-C as SIGINT) must reach the main thread.
+    # Delivered to this one, Python's handler would only be run by the main thread once its blocking
+    # read (a prompt reading the terminal) returned: a Ctrl-C at a warm prompt was lost so, on a
+    # loaded machine, where the kernel picked this thread more often
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        threading.Thread(target=watch, name="hermes-sandboxes-warm-client", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _run(args: list[str]) -> int | None:
