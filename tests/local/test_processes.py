@@ -130,7 +130,9 @@ def test_exec_returns_when_the_command_exits_even_if_a_background_child_holds_st
     result = sb.exec("sleep 7200 & sleep 7201 >&2 & echo done", timeout=60)
     assert not result.timed_out
     assert (result.exit_code, result.stdout) == (0, "done\n")
-    assert _running(sb, "sleep 7200", "sleep 7201") == {"sleep 7200", "sleep 7201"}
+    # (the shell returned once it forked them: a child may not have become `sleep` yet)
+    wait_for(lambda: _running(sb, "sleep 7200", "sleep 7201") == {"sleep 7200", "sleep 7201"},
+             "both background children running on")
 
 
 def test_exit_codes_output_streams_stdin_env_and_cwd_reach_the_caller(sb: LocalSandbox) -> None:
