@@ -190,9 +190,9 @@ def test_the_ab_benchmark_runs_two_trees_interleaved_and_writes_every_ratio(tmp_
                           capture_output=True, text=True, timeout=600, env=_env(scratch))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and out.exists(), proc.stderr
     row = json.loads(out.read_text())
-    for op in ("restore", "first_exec", "exec", "checkpoint", "create_exec_destroy"):
+    for op in ("restore", "first_exec", "exec", "checkpoint", "create_exec_destroy", "cli_warm_exec", "hermes"):
         for measure in (op, f"{op}_host_cpu"):
             assert row[measure]["a_p50_ms"] > 0 and row[measure]["b_p50_ms"] > 0, measure
     assert row["restore"]["n"] == 2 and row["create_exec_destroy"]["n"] == 1
-    assert "| restore |" in proc.stdout
+    assert "| restore |" in proc.stdout and "| cli_warm_exec |" in proc.stdout and "| hermes |" in proc.stdout
     assert list(scratch.iterdir()) == [], "the benchmark left its stores behind"
