@@ -6,14 +6,17 @@ root makes one of each (on a machine without cap_sys_resource, as this one, that
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import select
+import signal
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from hermes_sandboxes.backends.local import LocalBackend, LocalSandbox, userns
+from hermes_sandboxes.backends.local.guest import syscalls as sc
 from tests.local.kit import new_sandbox, sh
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root mode: the suite runs as root")
@@ -119,3 +122,71 @@ def test_filling_posix_message_queues_inside_leaves_host_root_its_bytes(sandbox:
         assert q >= 0, f"host root cannot make a message queue: {os.strerror(ctypes.get_errno())}"
         os.close(q)
         rt.mq_unlink(name)
+
+
+_NS_GET_OWNER_UID = 0xB704
+_SYS_KCMP, _KCMP_VM = 312, 1
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _children() -> set[str]:
+    return {pid for tid in os.listdir("/proc/self/task") for pid in _read(f"/proc/self/task/{tid}/children").split()}
+
+
+def _capabilities() -> str:
+    with open("/proc/self/status") as f:
+        return "".join(line for line in f if line.startswith(("CapEff:", "CapPrm:")))
+
+
+def _maps_inside(ns_fd: int) -> str:
+    """uid_map and gid_map as a process that enters the namespace ``ns_fd`` reads them."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sc.setns(ns_fd, sc.CLONE_NEWUSER)
+            os.write(w, (_read("/proc/self/uid_map") + _read("/proc/self/gid_map")).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        return f.read()
+
+
+def test_the_sandboxs_user_namespace_is_owned_by_its_root_and_mapped_and_its_maker_leaves_nothing() -> None:
+    idmap = userns.root_range_map(userns.ROOT_RANGE_SLOTS - 1)
+    ids, caps, children = (os.getresuid(), os.getresgid()), _capabilities(), _children()
+    maker = userns.NamespaceMaker(idmap)
+    fd = maker.take()
+    maker.reap()
+    try:
+        owner = ctypes.c_uint(0)
+        assert ctypes.CDLL(None, use_errno=True).ioctl(fd, _NS_GET_OWNER_UID, ctypes.byref(owner)) == 0
+        assert owner.value == idmap.outer_uid(0), "the namespace's per-user counters would be another id's"
+        assert [line.split() for line in _maps_inside(fd).splitlines()] == [
+            [str(n) for n in line] for line in (*idmap.uids, *idmap.gids)]
+    finally:
+        os.close(fd)
+    assert (os.getresuid(), os.getresgid()) == ids and _capabilities() == caps, "the maker kept another id"
+    assert _children() == children, "the maker's child is left"
+
+
+def test_the_namespace_holder_shares_our_memory_and_waits_until_killed() -> None:
+    pid, stack = sc.clone_paused(0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        same = libc.syscall(ctypes.c_long(_SYS_KCMP), os.getpid(), pid, _KCMP_VM, 0, 0)
+        if same < 0 and ctypes.get_errno() == errno.ENOSYS:
+            pytest.skip("a kernel without kcmp")
+        assert same == 0, "a copy of our memory (a fork): its page tables cost a Python process's"
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "it did not wait"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        del stack
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL

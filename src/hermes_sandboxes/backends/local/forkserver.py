@@ -86,7 +86,7 @@ def _launcher(control: socket.socket, fd: int) -> None:
                 first = _message(messages)
                 if "umask" in first:  # the caller's, not this server's (the warm server's is 077)
                     os.umask(first["umask"])
-                maker = _namespace_maker(first.get("userns"))  # its child works while we join
+                maker = _namespace_maker(first.get("userns"))  # made (or its forked child at work) while we join
                 init.join_groups(first)
                 ns_fd = _user_namespace(first.get("userns"), maker)
                 init.make_namespaces(first)
@@ -94,7 +94,7 @@ def _launcher(control: socket.socket, fd: int) -> None:
                     resource.setrlimit(resource_id, (limit, limit))
                 hide = masks.hidden_from_sandboxes(Path(first["store_home"])) if first["lower"] == "/" else []
                 if maker is not None:
-                    maker.reap()  # let go in take(): it has exited meanwhile
+                    maker.reap()  # a forked child, let go in take(), has exited meanwhile
                 known = {"hide": hide, "masks": first.get("masks", ()), "userns": first.get("userns"),
                          "userns_fd": ns_fd}
 
