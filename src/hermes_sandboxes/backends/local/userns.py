@@ -305,12 +305,12 @@ class NamespaceMaker:
 
     Made at once where it can be: a child that shares this process's memory and only waits
     (syscalls.clone_paused) is cloned into a new namespace, which is mapped and opened, and the
-    child is killed and reaped, all in ~0.1 ms (a fork of the launcher, a Python process, cost
-    ~1.5 ms of CPU per start in page tables and pages copied on write, on the path of every
-    restore). Nothing is left running meanwhile that the launcher's end would not end: the clone
-    is killed before this returns. Where that clone is refused, a forked child makes the namespace
-    itself, started ahead: its set-up then runs while the launcher joins the sandbox's cgroups,
-    and it waits until take() has mapped it (it ends with the launcher: its pipe closes)."""
+    child is killed, in ~0.1 ms (a fork of the launcher, a Python process, cost ~1.5 ms of CPU
+    per start in page tables and pages copied on write, on the path of every restore). Nothing is
+    left that the launcher's end would not end: the clone has its SIGKILL before this returns
+    (reap() waits for it). Where that clone is refused, a forked child makes the namespace itself,
+    started ahead: its set-up then runs while the launcher joins the sandbox's cgroups, and it
+    waits until take() has mapped it (it ends with the launcher: its pipe closes)."""
 
     def __init__(self, idmap: IdMap) -> None:
         self.idmap = idmap
@@ -319,6 +319,7 @@ class NamespaceMaker:
         self.pid: int | None = None
         self._made_r = self._done_w = -1
         self._fd: int | None = None
+        self._stack: object | None = None  # the clone's, kept until it is reaped
         try:
             pid, stack = _clone_owned(outer_uid, outer_gid)
         except OSError:
@@ -327,10 +328,14 @@ class NamespaceMaker:
         try:
             write_maps(pid, idmap)
             self._fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-        finally:
-            os.kill(pid, signal.SIGKILL)  # our child, not reaped yet: the pid is still its own
+        except BaseException:
+            os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            del stack  # only now: the clone ran on it
+            raise
+        # Our child, not reaped yet: the pid is still its own. Reaped in reap(): its death needs
+        # a CPU, which a loaded machine gives it later, and it runs nothing meanwhile.
+        os.kill(pid, signal.SIGKILL)
+        self.pid, self._stack = pid, stack
 
     def _fork(self, uid: int, gid: int) -> int:
         self._made_r, made_w = os.pipe()
@@ -377,15 +382,15 @@ class NamespaceMaker:
         self._made_r = self._done_w = -1
 
     def reap(self) -> None:
-        """Wait for a forked child (it exits once let go; by the time a launcher calls this, it
-        has); a descriptor nobody took is closed."""
+        """Wait for the child (killed, or let go in take(): by the time a launcher calls this, it
+        has exited); a descriptor nobody took is closed."""
         self._release()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         if self.pid is not None:
             os.waitpid(self.pid, 0)
-            self.pid = None
+            self.pid = self._stack = None
 
 
 def _clone_owned(uid: int, gid: int) -> tuple[int, object]:

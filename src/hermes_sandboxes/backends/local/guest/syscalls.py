@@ -48,6 +48,7 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+_SYS_CAPGET = {"x86_64": 125, "aarch64": 90}
 _SYS_OPEN_TREE = {"x86_64": 428, "aarch64": 428}
 _SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
 _SYS_PAUSE = {"x86_64": 34}  # (aarch64 has no pause(): clone_paused is refused there)
@@ -185,7 +186,10 @@ def idmapped_clone(path: str, userns_fd: int) -> int:
     return fd
 
 
-_HOLDER_STACK = 1 << 16
+_HOLDER_STACK = 1 << 14  # pause() through syscall() needs a few words of it
+# looked up once, in the fork server (each launcher would otherwise look them up again)
+_clone = _libc.clone
+_SYSCALL = ctypes.cast(_libc.syscall, ctypes.c_void_p)
 
 
 def clone_paused(flags: int) -> tuple[int, ctypes.Array[ctypes.c_char]]:
@@ -199,8 +203,7 @@ def clone_paused(flags: int) -> tuple[int, ctypes.Array[ctypes.c_char]]:
     pause = ctypes.c_void_p(_syscall_number(_SYS_PAUSE))
     stack = ctypes.create_string_buffer(_HOLDER_STACK)
     top = ctypes.c_void_p((ctypes.addressof(stack) + _HOLDER_STACK) & ~15)
-    call = ctypes.cast(_libc.syscall, ctypes.c_void_p)
-    pid: int = _libc.clone(call, top, ctypes.c_int(flags | CLONE_VM | _SIGCHLD), pause)
+    pid: int = _clone(_SYSCALL, top, ctypes.c_int(flags | CLONE_VM | _SIGCHLD), pause)
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
@@ -219,9 +222,12 @@ def set_fs_ids(uid: int, gid: int) -> None:
 
 
 def permitted_capabilities() -> int:
-    with open("/proc/self/status") as f:
-        mask: int = next(int(line.split()[1], 16) for line in f if line.startswith("CapPrm:"))
-    return mask
+    """This process's permitted set, by capget (the init's set-up asks four times: reading
+    /proc/self/status cost ~25 us each)."""
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # (effective, permitted, inheritable) of bits 0-31, then 32-63
+    _check(_libc.syscall(ctypes.c_long(_syscall_number(_SYS_CAPGET)), header, data), "capget")
+    return int(data[1]) | int(data[4]) << 32
 
 
 def raise_permitted() -> None:
