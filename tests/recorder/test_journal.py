@@ -292,6 +292,22 @@ def test_redaction_reaches_every_free_text_field(tmp_path: Path) -> None:
     assert checkpoint.id == "cp1" and checkpoint.health is not None and not checkpoint.health.passed
 
 
+def test_redaction_reaches_strings_at_any_depth_and_leaves_other_values_as_they_are(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.jsonl", redact=lambda s: s.replace("hunter2", "[REDACTED]"))
+    ran = journal.append(ExecRecord(sandbox="box", command="echo hunter2", exit_code=None, duration_s=0.25,
+                                    timed_out=True, killed=False))
+    allowed = journal.append(AllowRecord(sandbox="box", allow=("hunter2.example", "pypi.org"), previous=None))
+    checked = journal.append(CheckpointRecord(sandbox="box", id="cp1", comment="", trigger="manual",
+                                              health=HealthCheck("check hunter2", 1, False, "hunter2\n")))
+    assert "hunter2" not in journal.path.read_text()
+    assert (ran.command, ran.exit_code, ran.duration_s, ran.timed_out, ran.killed) == (
+        "echo [REDACTED]", None, 0.25, True, False)
+    assert (allowed.allow, allowed.previous) == (("[REDACTED].example", "pypi.org"), None)
+    assert checked.health is not None and (checked.health.command, checked.health.exit_code, checked.health.passed) == (
+        "check [REDACTED]", 1, False)
+    assert journal.records() == [ran, allowed, checked]
+
+
 def test_long_fields_are_clipped_after_redaction(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.jsonl", redact=lambda s: s.replace("SECRET", "*"))
     stored = journal.append(exec_record("echo " + "a" * (2 * MAX_FIELD_CHARS) + "SECRET"))

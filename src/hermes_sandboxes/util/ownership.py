@@ -81,8 +81,8 @@ def ensure_dir(path: str | os.PathLike[str], what: str, mode: int = 0o700) -> Pa
         probe = probe.parent
     if probe == real:
         check_dir(probe, what)
-    else:
-        _check_above(probe, what)
+        return real  # nothing made: that was the whole check (a warm exec's worker paid it twice)
+    _check_above(probe, what)
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile: checked below like any other
             os.mkdir(directory, mode if directory == real else 0o755)
