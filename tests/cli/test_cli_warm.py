@@ -338,6 +338,26 @@ def test_a_killed_worker_is_reported_in_one_line_and_the_next_calls_work(
     assert warm_kit.server_pid(rt) == server  # the server lived on
 
 
+def test_the_clients_output_ends_with_the_client_not_with_its_worker(
+        home: Path, box: LocalSandbox, rt: dict[str, str], tmp_path: Path) -> None:
+    """A reader of the call's output (a pipe, `$(...)`) is done once the client exits: the worker,
+    held here after it answered, no longer keeps the client's stdout and stderr open."""
+    warm_kit.start(rt)
+    answered = tmp_path / "answered"
+    env = {**rt, "HERMES_SANDBOXES_TEST_PAUSE": "warm-answered", "HERMES_SANDBOXES_TEST_PAUSE_MARKER": str(answered)}
+    proc = subprocess.Popen(cli(home, "exec", box.name, "--", "echo hi"), env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=60)  # (end of file on both pipes, and the exit)
+    finally:
+        worker = int(poll(lambda: answered.exists() and answered.read_text(), "the worker answer"))
+    try:
+        assert (proc.returncode, out, err) == (0, b"hi\n", b"")
+        assert warm_kit.alive(worker) and worker != proc.pid, "not a warm call held after its answer"
+    finally:
+        os.kill(worker, signal.SIGKILL)
+
+
 def call(argv: list[str | bytes], env: dict[str, str], stdin: bytes = b"") -> tuple[int, bytes, bytes, int]:
     """Run a CLI to its end: exit code, stdout, stderr and its pid."""
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -11,7 +11,8 @@ working directory, umask, environment (and time zone), argv, ``sys.path``, the i
 (same encoding and errors, line buffering on a terminal and for stderr). It runs
 ``fast.try_exec`` as the CLI's ``main`` would, and the click application when that declines; ends as
 the interpreter ends (non-daemon threads, atexit, the final flush: 120 when stdout cannot be
-flushed), and answers the exit code, or 'fall back' for what must run in-process (``shell``).
+flushed), lets go of the client's stdio, and answers the exit code, or 'fall back' for what must run
+in-process (``shell``).
 
 While the command runs, a thread watches the connection: if it closes, the client is gone (kill
 -9), and the worker's main thread gets a real SIGHUP, so the command is stopped and recorded as
@@ -35,6 +36,7 @@ import time
 
 from hermes_sandboxes.cli import signals
 from hermes_sandboxes.cli.fastpath import warm
+from hermes_sandboxes.util import failpoints
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,8 +94,10 @@ def _serve(conn: socket.socket, stamped: tuple[Any, ...], stale: Callable[[], bo
         conn.sendall(b"fallback\n")
         return
     code = _end(code)
+    _let_go_of_stdio()
     done.set()
     conn.sendall(f"exit {code}\n".encode())
+    failpoints.pause("warm-answered")
 
 
 def _receive(conn: socket.socket) -> Any:
@@ -218,6 +222,18 @@ def _run(args: list[str]) -> int | None:
         with contextlib.suppress(OSError, ValueError):
             traceback.print_exc()
         return 1
+
+
+def _let_go_of_stdio() -> None:
+    """Point 0, 1 and 2 at /dev/null once everything is flushed: the client's pipes end when the
+    client does, not once this process is gone (a process's descriptors close only after its
+    address space is torn down, ~1 ms for a fork of the server, which keeps every command's modules:
+    whoever reads the client's output waited for that)."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
 
 
 def _end(code: int) -> int:
