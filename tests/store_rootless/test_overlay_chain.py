@@ -52,3 +52,22 @@ def test_killed_midway_every_listed_checkpoint_still_reads_as_taken(ext4: Path, 
     assert result["readable"] == dict.fromkeys(expected, True)
     assert result["after_delete"] == {"k0": True, "k2": True}
     assert result["left"] == []
+
+
+def test_the_helpers_descriptors_miss_no_change_and_keep_no_deleted_file(ext4: Path, test_user: TestUser) -> None:
+    """From the second checkpoint of a layer in a process, the store's helper looks at each entry
+    through a descriptor it keeps (handles.py): each change made deep in an old subtree, one kind per
+    checkpoint, is still in the checkpoint, and a deleted file's blocks come back by the next one."""
+    from tests.store_rootless.kit_held import BIG, KINDS
+
+    result = test_user.run("changes", str(_home(ext4, test_user, "held")), module="tests.store_rootless.kit_held")
+    assert result["held_after_first"] == 0
+    assert result["held_after_second"] > 40  # the path under test: a descriptor per entry of the layer
+    assert result["held_at_the_end"] > 30  # less what the changes removed
+    assert sorted(result["checkpoints"]) == sorted(KINDS)
+    assert result["mismatches"] == []
+    assert result["mapped"] == {"c13": [1, 0], "c14": [1, 2]}
+    assert result["freed_at_once"] < BIG // 2  # the layer's descriptor kept the file
+    assert result["freed_after_checkpoint"] >= BIG * 3 // 4
+    assert result["held_after_removal"] == 0
+    assert result["left"] == []

@@ -8,6 +8,10 @@ overlay whiteouts (character devices 0/0, which the kernel lets anyone make), ho
 among the entries copied in one call. Data moves with ``copy_file_range`` (in the kernel; shared
 extents where the filesystem can). Like ``cp -a`` it goes by path: a tree nested deeper than
 PATH_MAX raises OSError (ENAMETOOLONG).
+
+``live``: the source is a live layer a checkpoint records by ctime (increment.py); each file copied
+gets its writeback started (``start_writeback``), so that a write after the checkpoint through a
+shared mapping made before it still moves the file's ctime.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from hermes_sandboxes.backends.local.guest import syscalls as sc
+
 _CHUNK = 1 << 30
 StrPath = str | Path
 
 
-def copy_tree(source: Path, target: Path, seen: dict[str, os.stat_result] | None = None) -> None:
+def copy_tree(source: Path, target: Path, seen: dict[str, os.stat_result] | None = None, live: bool = False) -> None:
     """``cp -a source target`` (``target`` must not exist). ``seen``, if given, gets the lstat of
     every entry copied, by its path relative to ``source`` (a checkpoint's manifest: no second walk)."""
     links: dict[tuple[int, int], StrPath] = {}
@@ -34,7 +40,7 @@ def copy_tree(source: Path, target: Path, seen: dict[str, os.stat_result] | None
         st = os.lstat(src)
         if seen is not None and rel:
             seen[rel] = st
-        copy_entry(src, dst, st, links)
+        copy_entry(src, dst, st, links, live)
         if stat.S_ISDIR(st.st_mode):
             dirs.append((src, dst, st))
             prefix = f"{rel}/" if rel else ""
@@ -53,7 +59,8 @@ def copy_entries(source_root: Path, target_root: Path, rels: Iterable[str]) -> N
         copy_entry(src, target_root / rel, os.lstat(src), links)
 
 
-def copy_entry(src: StrPath, dst: StrPath, st: os.stat_result, links: dict[tuple[int, int], StrPath]) -> None:
+def copy_entry(src: StrPath, dst: StrPath, st: os.stat_result, links: dict[tuple[int, int], StrPath],
+               live: bool = False) -> None:
     """One entry; a directory is made empty (its attributes are the caller's to set after filling)."""
     mode = st.st_mode
     key = (st.st_dev, st.st_ino)
@@ -64,7 +71,7 @@ def copy_entry(src: StrPath, dst: StrPath, st: os.stat_result, links: dict[tuple
         os.link(links[key], dst, follow_symlinks=False)
         return
     if stat.S_ISREG(mode):
-        _copy_file(src, dst, st)
+        _copy_file(src, dst, st, live)
     else:
         if stat.S_ISLNK(mode):
             os.symlink(os.readlink(src), dst)
@@ -103,7 +110,7 @@ def copy_dir_xattrs(src: Path, dst: Path) -> None:
         os.setxattr(dst, name, value, follow_symlinks=False)
 
 
-def _copy_file(src: StrPath, dst: StrPath, st: os.stat_result) -> None:
+def _copy_file(src: StrPath, dst: StrPath, st: os.stat_result, live: bool) -> None:
     """A regular file with its data, owner, mode, xattrs and times, all through its two open
     descriptors (one path lookup each, where the path calls cost one per attribute)."""
     fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -120,6 +127,8 @@ def _copy_file(src: StrPath, dst: StrPath, st: os.stat_result) -> None:
             for name in os.listxattr(fin):
                 os.setxattr(fout, name, os.getxattr(fin, name))
             os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
+            if live:
+                sc.start_writeback(fin)
         finally:
             os.close(fout)
     finally:

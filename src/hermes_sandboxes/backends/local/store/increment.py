@@ -20,11 +20,16 @@ checkpoint makes a checkpoint after a small change cost all the earlier changes 
 What changed is told by ``state``, written with each checkpoint: every entry of the live layer
 then, by path, with its inode and ctime. The kernel moves an inode's ctime on every change of its
 data, metadata or names (write, truncate, chmod, chown, xattr, link, unlink, rename) and no caller
-can set it; overlay's copy-up makes a new inode. So an entry at the same path with the same inode
-and ctime is unchanged; before Linux 6.13 (coarse timestamps: a change right after a checkpoint
-might keep the ctime) a ctime within ``_RECENT_NS`` of the checkpoint is recorded as unknown. One
-``lstat`` per entry of the live layer (no copy, link or write per unchanged entry), then a copy per
-changed one. A state only
+can set it; overlay's copy-up makes a new inode. One exception: a write through a shared mapping
+moves it only when it faults, and a page already dirty and writable takes writes without a fault;
+so every file a checkpoint copies gets its writeback started (copier's ``live``), which makes its
+pages clean and write-protected: whatever is written after the checkpoint faults and moves the
+ctime (a file the checkpoint did not copy had no such write since the one before, which did). So
+an entry at the same path with the same inode and ctime is unchanged; before Linux 6.13 (coarse
+timestamps: a change right after a checkpoint might keep the ctime) a ctime within ``_RECENT_NS``
+of the checkpoint is recorded as unknown. One look per entry of the live layer (an ``fstat`` of
+the store helper's descriptor to it, handles.py, else an ``lstat``; no copy, link or write per
+unchanged entry), then a copy per changed one. A state only
 speaks for the layer it was taken of (``token``, a random id the layer gets at its first
 checkpoint: a restored or forked layer is a new copy with none, so its first checkpoint is full).
 
@@ -37,13 +42,14 @@ import contextlib
 import errno
 import json
 import marshal
+import operator
 import os
 import stat
 import time
 from pathlib import Path
 from typing import Any
 
-from hermes_sandboxes.backends.local.store import copier
+from hermes_sandboxes.backends.local.store import copier, handles
 from hermes_sandboxes.backends.local.store.base import remove_tree
 from hermes_sandboxes.errors import SandboxError
 
@@ -97,10 +103,15 @@ def copy_live(layer: Path, target: Path) -> None:
 # records -------------------------------------------------------------------------------------
 def layer_token(layer: Path, create: bool) -> str | None:
     try:
-        return (layer / TOKEN).read_text().strip() or None
+        fd = os.open(layer / TOKEN, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         if not create:
             return None
+    else:
+        try:
+            return os.read(fd, 256).decode().strip() or None
+        finally:
+            os.close(fd)
     token = os.urandom(16).hex()
     staged = layer / f".{TOKEN}-{os.getpid()}"
     staged.write_text(token)
@@ -143,12 +154,17 @@ def _recorded(directory: Path, checkpoint_id: str) -> bool:
     return (directory / checkpoint_id).is_dir() and (directory / f"{checkpoint_id}.json").exists()
 
 
-def _parent(layer: Path, directory: Path, token: str) -> tuple[str, Record, Ident] | None:
+def _parent(layer: Path, directory: Path, token: str, held: handles.Held | None) -> tuple[str, Record, Ident] | None:
     """The checkpoint last taken of this very layer (the layer's pointer, else the newest state
-    with its token), with its state; None if it has none."""
+    with its token), with its state (the helper's copy when it is that very file's); None if it
+    has none."""
     with contextlib.suppress(OSError):
         pointed = os.readlink(layer / PARENT)
         if _recorded(directory, pointed):
+            if held is not None and held.record is not None:
+                identity, record, root = held.record
+                if handles.state_identity(os.stat(directory / pointed / STATE)) == identity:
+                    return pointed, record, root
             state = read_state(directory / pointed)
             if state is not None and state[0] == token:
                 return pointed, state[3], state[2]
@@ -188,15 +204,17 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
     try:
         token = layer_token(layer, create=True)
         assert token is not None
-        parent = _parent(layer, directory, token)
+        upper = layer / "upper"
         taken = time.time_ns()
+        upper_st = os.lstat(upper)
+        held = handles.for_layer(token, os.fspath(upper), upper_st)
+        parent = _parent(layer, directory, token, held)
         os.mkdir(staged, 0o700)
         os.mkdir(staged / "work", 0o700)
-        upper = layer / "upper"
-        root = _ident(os.lstat(upper), taken)
+        root = _ident(upper_st, taken)
         if parent is None:
             seen: dict[str, os.stat_result] = {}
-            copier.copy_tree(upper, staged / "upper", seen)
+            copier.copy_tree(upper, staged / "upper", seen, live=True)
             dirs: Record = {"": {}}
             for rel, st in seen.items():
                 above, _, name = rel.rpartition("/")
@@ -204,93 +222,237 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
                 if stat.S_ISDIR(st.st_mode):
                     dirs.setdefault(rel, {})
         else:
-            dirs, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], parent[2], taken)
+            dirs, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], parent[2], taken,
+                                   upper_st, held)
             _write_delta(staged, parent[0], deleted)
         state = {"v": 2, "token": token, "taken": taken, "root": root, "dirs": dirs}
-        (staged / STATE).write_bytes(marshal.dumps(state))
+        written = _write_new(staged / STATE, marshal.dumps(state))
+        if held is not None:
+            held.record = (handles.state_identity(written), dirs, root)
         return None if parent is None else parent[0]
     except OSError as exc:
         raise _refusal(exc) from None
 
 
-def _delta(upper: str, out: str, before: Record, root_then: Ident, taken: int) -> tuple[Record, list[str]]:
+def _write_new(path: Path, data: bytes) -> os.stat_result:
+    """A new file of ``data``; its fstat once written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _delta(upper: str, out: str, before: Record, root_then: Ident, taken: int, root_st: os.stat_result,
+           held: handles.Held | None = None) -> tuple[Record, list[str]]:
     """Copy into ``out`` every entry of ``upper`` not as in ``before`` (with the directories above
     it); the new record and what was deleted (top-most paths only). A directory the same as
     before (inode and ctime: no entry added, removed or renamed in it) lost nothing; its entries
-    are each looked at all the same (a write in place moves no directory's times)."""
-    root_st = os.lstat(upper)
+    are each looked at all the same (a write in place moves no directory's times): through the
+    helper's descriptor to the entry's inode where it holds one (``held``, handles.py), else by name."""
+    walk = _Walk(upper, out, before, taken, root_st, held)
     root = _ident(root_st, taken)
-    dirs: dict[str, os.stat_result] = {"": root_st}
-    os.mkdir(out, 0o700)
-    made: Touched = {"": (upper, root_st)}
-    links: dict[tuple[int, int], copier.StrPath] = {}
-    now: Record = {}
-    deleted: list[str] = []
+    walk.pending.append(("", before.get("", {}), root == root_then and root[1] >= 0))
+    while walk.pending:
+        rel, then, same_dir = walk.pending.pop()
+        walk.now[rel] = walk.same(rel, then) if same_dir else walk.listed(rel, then)
+    if held is not None:
+        held.keep_only(walk.now)  # directories gone: their descriptors would keep their files
+    for copy, (source, st) in walk.made.items():
+        copier.set_attributes(f"{out}/{copy}" if copy else out, st, source_path=source)
+    return walk.now, sorted(walk.deleted)
 
-    def ensure(rel: str) -> None:  # the directory rel (and those above it) in out
-        missing = []
-        while rel not in made:
-            missing.append(rel)
-            rel = rel.rpartition("/")[0]
-        for rel in reversed(missing):
-            os.mkdir(f"{out}/{rel}", 0o700)
-            made[rel] = (f"{upper}/{rel}", dirs[rel])
 
-    recent = taken - _RECENT_NS if _RECENT_NS else None
-    lstat, is_dir = os.stat, stat.S_ISDIR
+_INO_CTIME = operator.attrgetter("st_ino", "st_ctime_ns")
 
-    def visit(rel: str, name: str, st: os.stat_result, old: Ident | None, mine: dict[str, Ident]) -> None:
+
+class _Walk:
+    """One delta walk of a live layer: what it found (``now``, ``deleted``), what it made in ``out``."""
+
+    def __init__(self, upper: str, out: str, before: Record, taken: int, root_st: os.stat_result,
+                 held: handles.Held | None) -> None:
+        self.upper, self.out, self.before, self.held = upper, out, before, held
+        self.grow = held is not None and held.populate  # open descriptors for entries without one
+        self.dev = root_st.st_dev
+        self.recent = taken - _RECENT_NS if _RECENT_NS else None
+        self.dirs: dict[str, os.stat_result] = {"": root_st}
+        self.made: Touched = {"": (upper, root_st)}
+        self.links: dict[tuple[int, int], copier.StrPath] = {}
+        self.now: Record = {}
+        self.deleted: list[str] = []
+        # (directory, its entries then, whether it is the same directory as then)
+        self.pending: list[tuple[str, dict[str, Ident], bool]] = []
+        os.mkdir(out, 0o700)
+
+    def names(self, rel: str) -> dict[str, int] | None:
+        """The descriptors held for the entries of directory ``rel`` (a new dict if the cache grows)."""
+        if self.held is None:
+            return None
+        names = self.held.dirs.get(rel)
+        if names is None and self.grow:
+            names = self.held.dirs[rel] = {}
+        return names
+
+    def same(self, rel: str, then: dict[str, Ident]) -> dict[str, Ident]:
+        """A directory the same as then: the same names, each the same inode, so each is looked at
+        without listing it, by its descriptor if one is held (trusted only for the inode then: the
+        same number; only descriptors on the layer's filesystem are kept), and an unchanged file
+        costs that and one comparison (the cost of a checkpoint of a big layer: its record is
+        then's, a directory with nothing changed keeps then's very dict). With a descriptor held
+        for every entry, the whole directory is compared at once first (its row: ``unchanged``),
+        and entry by entry only if something differs."""
+        names = self.names(rel)
+        if names and self.recent is None and self.held is not None:
+            row = self.held.rows.get(rel)
+            if row is None or row[0] is not then:
+                row = self.row(rel, then, names)
+            if row is not None and self.unchanged(row):
+                return then
+            self.held.rows.pop(rel, None)  # looked at entry by entry: its descriptors may be replaced
+        if names is None:
+            return self.same_by_name(rel, then)
+        fstat, is_dir, recent = os.stat, stat.S_ISDIR, self.recent
+        mine = then
+        dfd = -1
+        try:
+            for name, old in then.items():
+                fd = names.get(name)
+                if fd is not None and (st := fstat(fd)).st_ino == old[0]:
+                    if st.st_ctime_ns == old[1] and (recent is None or old[1] < recent) and not is_dir(st.st_mode):
+                        continue
+                else:
+                    if fd is not None and self.held is not None:
+                        self.held.close(names.pop(name))  # not of the inode the name had then
+                    if dfd < 0:
+                        dfd = os.open(f"{self.upper}/{rel}" if rel else self.upper, _DIR)
+                    st = self.by_name(dfd, name, names)
+                    if (st.st_ctime_ns == old[1] and st.st_ino == old[0] and (recent is None or old[1] < recent)
+                            and not is_dir(st.st_mode)):
+                        continue
+                if mine is then:
+                    mine = dict(then)
+                self.visit(rel, name, st, old, mine)
+        finally:
+            if dfd >= 0:
+                os.close(dfd)
+        return mine
+
+    def same_by_name(self, rel: str, then: dict[str, Ident]) -> dict[str, Ident]:
+        """``same`` with no descriptor held (the first checkpoint of a layer in a process): an
+        ``lstat`` by name per entry, in the leanest loop."""
+        lstat, is_dir, recent = os.stat, stat.S_ISDIR, self.recent
+        mine = then
+        dfd = os.open(f"{self.upper}/{rel}" if rel else self.upper, _DIR)
+        try:
+            for name, old in then.items():
+                st = lstat(name, dir_fd=dfd, follow_symlinks=False)
+                ctime = st.st_ctime_ns
+                if ctime == old[1] and st.st_ino == old[0] and (recent is None or ctime < recent) \
+                        and not is_dir(st.st_mode):
+                    continue
+                if mine is then:
+                    mine = dict(then)
+                self.visit(rel, name, st, old, mine)
+        finally:
+            os.close(dfd)
+        return mine
+
+    def row(self, rel: str, then: dict[str, Ident], names: dict[str, int]) -> handles.Row | None:
+        """The held row of directory ``rel`` (handles.Held.rows), if it has a descriptor per entry."""
+        fds = [names.get(name, -1) for name in then]
+        if -1 in fds or self.held is None:
+            return None
+        prefix = f"{rel}/" if rel else ""
+        subdirs = [(i, prefix + name) for i, name in enumerate(then) if prefix + name in self.before]
+        row = self.held.rows[rel] = (then, fds, list(then.values()), subdirs)
+        return row
+
+    def unchanged(self, row: handles.Row) -> bool:
+        """Whether every entry of a held row is as recorded (each descriptor's inode and ctime);
+        then its subdirectories are next."""
+        _, fds, olds, subdirs = row
+        found = list(map(os.stat, fds))
+        if list(map(_INO_CTIME, found)) != olds:
+            return False
+        for i, path in subdirs:
+            self.dirs[path] = found[i]
+            self.pending.append((path, self.before.get(path, {}), True))
+        return True
+
+    def listed(self, rel: str, then: dict[str, Ident]) -> dict[str, Ident]:
+        """A directory not the same as then: every name it has now, each looked at by the
+        descriptor held for it if that is of the inode the name has, else by name; the names of
+        then it no longer has are deleted."""
+        if self.held is not None:
+            self.held.rows.pop(rel, None)
+        names = self.names(rel)
+        kept = dict(names) if names else {}
+        if names:
+            names.clear()
+        mine: dict[str, Ident] = {}
+        dfd = os.open(f"{self.upper}/{rel}" if rel else self.upper, _DIR)
+        try:
+            with os.scandir(dfd) as entries:
+                for entry in entries:
+                    name = entry.name
+                    fd = kept.pop(name, None)
+                    if fd is not None and names is not None and (st := os.stat(fd)).st_ino == entry.inode():
+                        names[name] = fd
+                    else:
+                        if fd is not None and self.held is not None:
+                            self.held.close(fd)
+                        st = self.by_name(dfd, name, names) if self.grow else entry.stat(follow_symlinks=False)
+                    self.visit(rel, name, st, then.get(name), mine)
+        finally:
+            os.close(dfd)
+        if self.held is not None:
+            self.held.close_all(kept)  # names gone
+        self.deleted.extend(f"{rel}/{name}" if rel else name for name in then if name not in mine)
+        return mine
+
+    def by_name(self, dfd: int, name: str, names: dict[str, int] | None) -> os.stat_result:
+        """An entry's lstat by name, through a new descriptor kept for it if the cache grows."""
+        if self.grow and names is not None and self.held is not None:
+            fd = self.held.open(dfd, name)
+            if fd is not None:
+                st = os.stat(fd)
+                if st.st_dev == self.dev:  # what is kept is of this filesystem: a row compares inodes only
+                    names[name] = fd
+                    return st
+                self.held.close(fd)
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+
+    def visit(self, rel: str, name: str, st: os.stat_result, old: Ident | None, mine: dict[str, Ident]) -> None:
         """An entry that is not as then, or a directory: record it, copy it if it changed."""
         ctime = st.st_ctime_ns
-        if recent is not None and ctime >= recent:
+        if self.recent is not None and ctime >= self.recent:
             ctime = -1
         mine[name] = ident = (st.st_ino, ctime)
         same = old == ident and ctime >= 0
         path = f"{rel}/{name}" if rel else name
-        if is_dir(st.st_mode):
-            dirs[path] = st
-            pending.append((path, before.get(path, {}), same))
+        if stat.S_ISDIR(st.st_mode):
+            self.dirs[path] = st
+            self.pending.append((path, self.before.get(path, {}), same))
             if not same:
-                ensure(rel)
-                os.mkdir(f"{out}/{path}", 0o700)
-                made[path] = (f"{upper}/{path}", st)
+                self.ensure(rel)
+                os.mkdir(f"{self.out}/{path}", 0o700)
+                self.made[path] = (f"{self.upper}/{path}", st)
         elif not same:
-            ensure(rel)
-            copier.copy_entry(f"{upper}/{path}", f"{out}/{path}", st, links)
+            self.ensure(rel)
+            copier.copy_entry(f"{self.upper}/{path}", f"{self.out}/{path}", st, self.links, live=True)
 
-    # (directory, its entries then, whether it is the same directory as then)
-    pending: list[tuple[str, dict[str, Ident], bool]] = [("", before.get("", {}), root == root_then and root[1] >= 0)]
-    while pending:
-        rel, then, same_dir = pending.pop()
-        fd = os.open(f"{upper}/{rel}" if rel else upper, _DIR)
-        try:
-            if same_dir:
-                # the cost of a checkpoint of a big layer, kept lean: a directory the same as then
-                # has the same names (each the same inode), each looked up by name without listing
-                # it, and an unchanged file costs its lstat and one comparison (its record is
-                # then's: a directory with nothing changed keeps then's very dict)
-                mine: dict[str, Ident] = then
-                for name, old in then.items():
-                    st = lstat(name, dir_fd=fd, follow_symlinks=False)
-                    ctime = st.st_ctime_ns
-                    if (ctime == old[1] and st.st_ino == old[0] and (recent is None or ctime < recent)
-                            and not is_dir(st.st_mode)):
-                        continue
-                    if mine is then:
-                        mine = dict(then)
-                    visit(rel, name, st, old, mine)
-            else:
-                mine = {}
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        visit(rel, entry.name, entry.stat(follow_symlinks=False), then.get(entry.name), mine)
-                deleted.extend(f"{rel}/{name}" if rel else name for name in then if name not in mine)
-        finally:
-            os.close(fd)
-        now[rel] = mine
-    for copy, (source, st) in made.items():
-        copier.set_attributes(f"{out}/{copy}" if copy else out, st, source_path=source)
-    return now, sorted(deleted)
+    def ensure(self, rel: str) -> None:
+        """The directory ``rel`` (and those above it) in out."""
+        missing = []
+        while rel not in self.made:
+            missing.append(rel)
+            rel = rel.rpartition("/")[0]
+        for rel in reversed(missing):
+            os.mkdir(f"{self.out}/{rel}", 0o700)
+            self.made[rel] = (f"{self.upper}/{rel}", self.dirs[rel])
 
 
 def changed_since(layer: Path, checkpoint: Path) -> bool | None:

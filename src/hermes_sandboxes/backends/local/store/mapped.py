@@ -35,6 +35,19 @@ def needed() -> bool:
     return os.geteuid() != 0
 
 
+_serving = False  # in the helper process: work may keep state for the helper's later calls (handles.py)
+
+
+def serving() -> bool:
+    """Whether this process is a helper, which outlives the call it runs."""
+    return _serving
+
+
+def started() -> bool:
+    """Whether this process has a helper now (a call would not have to start one)."""
+    return _helper is not None and _helper.owner == os.getpid()
+
+
 def _mapped_child(keep: tuple[int, ...]) -> tuple[int, tuple[int, int, int, int]]:
     """Fork a child that enters a new user namespace and waits until this process has mapped it.
     Returns (pid, fds); in the child, returns pid 0 once mapped (the child keeps only ``keep``
@@ -115,6 +128,8 @@ class _Helper:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid, _ = _mapped_child((theirs.fileno(),))
         if pid == 0:  # pragma: no cover - the helper process
+            global _serving
+            _serving = True
             code = 0
             try:
                 while (request := _receive(theirs)) is not None:

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hermes_sandboxes.backends.local.guest import syscalls as sc
-from hermes_sandboxes.backends.local.store import baseimage, increment, mapped, trash, treediff
+from hermes_sandboxes.backends.local.store import baseimage, handles, increment, mapped, trash, treediff
 from hermes_sandboxes.backends.local.store.base import PinnedLayer, Store, tree_bytes
 from hermes_sandboxes.errors import Unsupported
 from hermes_sandboxes.sandbox import FileChange
@@ -183,6 +183,19 @@ class OverlayStore(RootlessStore):
             mapped.call(increment.materialize, source.parent, source.name, target, False)
         else:  # a fork of the live layer
             mapped.call(increment.copy_live, source, target)
+
+    def remove_sandbox(self, name: str) -> None:
+        super().remove_sandbox(name)
+        self._release()
+
+    def discard(self, volume: Path) -> None:
+        super().discard(volume)
+        self._release()
+
+    def _release(self) -> None:
+        """The helper's descriptors to a layer that is gone (handles.py) go now: they keep its blocks."""
+        if self.incremental and mapped.started():
+            mapped.call(handles.prune)
 
     def snapshot(self, name: str, checkpoint_id: str) -> None:
         super().snapshot(name, checkpoint_id)
