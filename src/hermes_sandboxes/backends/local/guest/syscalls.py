@@ -111,16 +111,18 @@ def rename_exchange(a: str, b: str) -> None:
     )
 
 
+_SYNC_FILE_RANGE_WAIT_BEFORE = 1
 _SYNC_FILE_RANGE_WRITE = 2
 
 
 def start_writeback(fd: int) -> None:
-    """Start writing the dirty pages of ``fd``'s file out (sync_file_range, no wait). It marks
-    them clean and write-protects every shared mapping of them, so that the next write through a
-    mapping faults and moves the file's ctime (a write to a page already dirty and writable does
-    not)."""
-    _check(_libc.sync_file_range(fd, ctypes.c_int64(0), ctypes.c_int64(0), ctypes.c_uint(_SYNC_FILE_RANGE_WRITE)),
-           "sync_file_range")
+    """Start writing the dirty pages of ``fd``'s file out (sync_file_range, not waiting for this
+    write-out). It marks them clean and write-protects every shared mapping of them, so that the
+    next write through a mapping faults and moves the file's ctime (a write to a page already dirty
+    and writable does not). A page dirtied again while an earlier write-out of it is in flight is
+    skipped by WRITE alone and would stay writable: WAIT_BEFORE waits for that write-out first."""
+    flags = _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE
+    _check(_libc.sync_file_range(fd, ctypes.c_int64(0), ctypes.c_int64(0), ctypes.c_uint(flags)), "sync_file_range")
 
 
 def prctl(option: int, arg: int = 0) -> None:
