@@ -11,7 +11,7 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -158,10 +158,17 @@ def _maps_inside(ns_fd: int) -> str:
         return f.read()
 
 
-def test_the_sandboxs_user_namespace_is_owned_by_its_root_and_mapped_and_its_maker_leaves_nothing() -> None:
+MAKERS = {"cloned (the launcher's)": userns.namespace_maker, "forked (its fallback)": userns.ForkedMaker}
+
+
+@pytest.mark.parametrize("make", MAKERS.values(), ids=MAKERS.keys())
+def test_the_sandboxs_user_namespace_is_owned_by_its_root_and_mapped_and_its_maker_leaves_nothing(
+        make: Callable[[userns.IdMap], userns.ClonedMaker | userns.ForkedMaker]) -> None:
     idmap = userns.root_range_map(userns.ROOT_RANGE_SLOTS - 1)
     ids, caps, children = (os.getresuid(), os.getresgid()), _capabilities(), _children()
-    maker = userns.NamespaceMaker(idmap)
+    maker = make(idmap)
+    if make is userns.namespace_maker and os.uname().machine == "x86_64":
+        assert isinstance(maker, userns.ClonedMaker), "the launcher forks its maker"
     fd = maker.take()
     maker.reap()
     try:

@@ -114,18 +114,19 @@ def _launcher(control: socket.socket, fd: int) -> None:
         os._exit(0)
 
 
-def _namespace_maker(spec: dict[str, Any] | None) -> userns.NamespaceMaker | None:
-    """Root mode: the sandbox's user namespace, started (see userns.NamespaceMaker); else None."""
+def _namespace_maker(spec: dict[str, Any] | None) -> userns.ClonedMaker | userns.ForkedMaker | None:
+    """Root mode: the sandbox's user namespace, started (see userns.namespace_maker); else None."""
     if not spec or spec["mode"] != "root":
         return None
     try:
-        return userns.NamespaceMaker(_idmap(spec))
+        return userns.namespace_maker(_idmap(spec))
     except OSError as exc:  # no fork: the old way, said in the log
         spec["refused"] = str(exc)
         return None
 
 
-def _user_namespace(spec: dict[str, Any] | None, maker: userns.NamespaceMaker | None) -> int | None:
+def _user_namespace(spec: dict[str, Any] | None, maker: userns.ClonedMaker | userns.ForkedMaker | None,
+                    ) -> int | None:
     """Root mode: a descriptor of the sandbox's user namespace (the init enters it once set up).
     Rootless: this launcher enters a new one now, so every namespace it makes next is owned by it."""
     if not spec:

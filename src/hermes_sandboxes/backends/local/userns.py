@@ -290,107 +290,30 @@ def _fail_text(fd: int) -> str:
 def owned_namespace(idmap: IdMap) -> int:
     """Root mode: a new user namespace owned by the sandbox's root's host id (so the kernel's
     per-user counters of everything inside count against that id at every level, never against
-    host root) and mapped as ``idmap``; returns a descriptor of it (see NamespaceMaker)."""
-    maker = NamespaceMaker(idmap)
+    host root) and mapped as ``idmap``; returns a descriptor of it (see namespace_maker)."""
+    maker = namespace_maker(idmap)
     try:
         return maker.take()
     finally:
         maker.reap()
 
 
-class NamespaceMaker:
-    """Root mode's user namespace being made, owned by the sandbox's root's host ids (so the
-    kernel's per-user counters of everything inside count against that id at every level, never
-    against host root) and mapped as ``idmap``; take() returns a descriptor of it.
+def namespace_maker(idmap: IdMap) -> ClonedMaker | ForkedMaker:
+    """Root mode's user namespace being made, owned by the sandbox's root's host ids and mapped as
+    ``idmap``: take() returns a descriptor of it, reap() waits for the child that made it.
 
-    Made at once where it can be: a child that shares this process's memory and only waits
-    (syscalls.clone_paused) is cloned into a new namespace, which is mapped and opened, and the
-    child is killed, in ~0.1 ms (a fork of the launcher, a Python process, cost ~1.5 ms of CPU
-    per start in page tables and pages copied on write, on the path of every restore). Nothing is
-    left that the launcher's end would not end: the clone has its SIGKILL before this returns
-    (reap() waits for it). Where that clone is refused, a forked child makes the namespace itself,
-    started ahead: its set-up then runs while the launcher joins the sandbox's cgroups, and it
-    waits until take() has mapped it (it ends with the launcher: its pipe closes)."""
-
-    def __init__(self, idmap: IdMap) -> None:
-        self.idmap = idmap
-        outer_uid, outer_gid = idmap.outer_uid(0), idmap.outer_gid(0)
-        assert outer_uid is not None and outer_gid is not None
-        self.pid: int | None = None
-        self._made_r = self._done_w = -1
-        self._fd: int | None = None
-        self._stack: object | None = None  # the clone's, kept until it is reaped
-        try:
-            pid, stack = _clone_owned(outer_uid, outer_gid)
-        except OSError:
-            self.pid = self._fork(outer_uid, outer_gid)
-            return
-        try:
-            write_maps(pid, idmap)
-            self._fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-        except BaseException:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise
-        # Our child, not reaped yet: the pid is still its own. Reaped in reap(): its death needs
-        # a CPU, which a loaded machine gives it later, and it runs nothing meanwhile.
-        os.kill(pid, signal.SIGKILL)
-        self.pid, self._stack = pid, stack
-
-    def _fork(self, uid: int, gid: int) -> int:
-        self._made_r, made_w = os.pipe()
-        done_r, self._done_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(self._made_r)
-                os.close(self._done_w)
-                os.setgroups([])
-                os.setresgid(gid, gid, gid)
-                os.setresuid(uid, uid, uid)
-                sc.unshare(sc.CLONE_NEWUSER)
-                os.write(made_w, b"u")
-                os.read(done_r, 1)
-            except BaseException as exc:
-                os.write(made_w, f"!{exc}".encode())
-            finally:
-                os._exit(0)
-        os.close(made_w)
-        os.close(done_r)
-        return pid
-
-    def take(self) -> int:
-        """A descriptor of the mapped namespace; a forked child is let go (OSError if it could not
-        make one, or a map is refused)."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            return fd
-        try:
-            said = os.read(self._made_r, 1)
-            if said != b"u":
-                raise OSError(f"cannot make the sandbox's user namespace: {_fail_text(self._made_r)}")
-            assert self.pid is not None
-            write_maps(self.pid, self.idmap)
-            return os.open(f"/proc/{self.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        for fd in (self._made_r, self._done_w):
-            if fd >= 0:
-                os.close(fd)
-        self._made_r = self._done_w = -1
-
-    def reap(self) -> None:
-        """Wait for the child (killed, or let go in take(): by the time a launcher calls this, it
-        has exited); a descriptor nobody took is closed."""
-        self._release()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self.pid is not None:
-            os.waitpid(self.pid, 0)
-            self.pid = self._stack = None
+    Where it can be, by a child that shares this process's memory and only waits
+    (syscalls.clone_paused; ClonedMaker), in ~0.1 ms: a fork of the launcher, a Python process,
+    cost ~1.5 ms of CPU per start in page tables and pages copied on write, on the path of every
+    restore. Where that clone is refused (an architecture without pause()), by a forked child
+    (ForkedMaker)."""
+    uid, gid = idmap.outer_uid(0), idmap.outer_gid(0)
+    assert uid is not None and gid is not None
+    try:
+        child = _clone_owned(uid, gid)
+    except OSError:
+        return ForkedMaker(idmap)
+    return ClonedMaker(idmap, child)
 
 
 def _clone_owned(uid: int, gid: int) -> tuple[int, object]:
@@ -409,6 +332,100 @@ def _clone_owned(uid: int, gid: int) -> tuple[int, object]:
             os.setresuid(-1, euid, -1)
     finally:
         os.setresgid(-1, egid, -1)
+
+
+class ClonedMaker:
+    """The namespace of a clone_paused child (``child``: its pid and stack), mapped and opened at
+    once, and the child sent SIGKILL before the constructor returns: nothing is left that the
+    launcher's end would not end (reap() waits for it)."""
+
+    def __init__(self, idmap: IdMap, child: tuple[int, object]) -> None:
+        pid, stack = child
+        try:
+            write_maps(pid, idmap)
+            self._fd: int | None = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        # Our child, not reaped yet: the pid is still its own. Reaped in reap(): its death needs
+        # a CPU, which a loaded machine gives it later, and it runs nothing meanwhile.
+        os.kill(pid, signal.SIGKILL)
+        self.pid: int | None = pid
+        self._stack: object | None = stack  # kept until it is reaped
+
+    def take(self) -> int:
+        """A descriptor of the mapped namespace (once)."""
+        assert self._fd is not None
+        fd, self._fd = self._fd, None
+        return fd
+
+    def reap(self) -> None:
+        """Wait for the killed child; a descriptor nobody took is closed."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.pid is not None:
+            os.waitpid(self.pid, 0)
+            self.pid = self._stack = None
+
+
+class ForkedMaker:
+    """A forked child takes the sandbox's root's host ids and makes the namespace, then waits while
+    this process maps it (take()); the descriptor keeps it alive after the child exits. Started
+    ahead: the child's set-up runs while the launcher joins the sandbox's cgroups (a migration
+    waits for the kernel), and it ends with the launcher (its pipe closes)."""
+
+    def __init__(self, idmap: IdMap) -> None:
+        self.idmap = idmap
+        outer_uid, outer_gid = idmap.outer_uid(0), idmap.outer_gid(0)
+        assert outer_uid is not None and outer_gid is not None
+        self._made_r, made_w = os.pipe()
+        done_r, self._done_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(self._made_r)
+                os.close(self._done_w)
+                os.setgroups([])
+                os.setresgid(outer_gid, outer_gid, outer_gid)
+                os.setresuid(outer_uid, outer_uid, outer_uid)
+                sc.unshare(sc.CLONE_NEWUSER)
+                os.write(made_w, b"u")
+                os.read(done_r, 1)
+            except BaseException as exc:
+                os.write(made_w, f"!{exc}".encode())
+            finally:
+                os._exit(0)
+        self.pid: int | None = pid
+        os.close(made_w)
+        os.close(done_r)
+
+    def take(self) -> int:
+        """Map the child's namespace and return a descriptor of it; the child is let go (OSError
+        if it could not make one, or a map is refused)."""
+        try:
+            said = os.read(self._made_r, 1)
+            if said != b"u":
+                raise OSError(f"cannot make the sandbox's user namespace: {_fail_text(self._made_r)}")
+            assert self.pid is not None
+            write_maps(self.pid, self.idmap)
+            return os.open(f"/proc/{self.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for fd in (self._made_r, self._done_w):
+            if fd >= 0:
+                os.close(fd)
+        self._made_r = self._done_w = -1
+
+    def reap(self) -> None:
+        """Wait for the child (it exits once let go; by the time a launcher calls this, it has)."""
+        self._release()
+        if self.pid is not None:
+            os.waitpid(self.pid, 0)
+            self.pid = None
 
 
 def enter_new(idmap: IdMap) -> None:
