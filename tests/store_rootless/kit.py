@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import marshal
 import os
 import stat
 import subprocess
@@ -395,6 +396,50 @@ def scenario_chain(home: Path, seed: str) -> dict[str, Any]:
             "left": sorted(p.name for p in store.root.iterdir()), "remaining": sorted(expected)}
 
 
+def _as_version_2(checkpoint: Path) -> None:
+    """Rewrite a checkpoint's state as the store's version 2 wrote it (one marshal of it all)."""
+    state = increment.read_state(checkpoint)
+    assert state is not None
+    token, taken, root, dirs = state
+    (checkpoint / increment.STATE).unlink()
+    (checkpoint / increment.STATE).write_bytes(
+        marshal.dumps({"v": 2, "token": token, "taken": taken, "root": root, "dirs": dirs}))
+
+
+def _state_version(checkpoint: Path) -> int:
+    return int(marshal.loads((checkpoint / increment.STATE).read_bytes())["v"])
+
+
+def scenario_formats(home: Path, step: str) -> dict[str, Any]:
+    """State formats. Step 1: a checkpoint whose state is rewritten in version 2 (an earlier
+    version's), a delta on it, and one more (in this helper: the directories its walk found
+    unchanged reuse their encoding from the one before). Step 2, a new process and helper: a
+    delta on that last one (its state read from its file). Each: its parent, whether the layer
+    changed since it right after, and a digest of it read through its chain."""
+    store = rootless.choose(home)
+    if step == "1":
+        store.create_layer("f")
+    upper = store.layer("f") / "upper"
+    out: dict[str, Any] = {}
+    for cid, seed, rounds in [("f0", 1, 12), ("f1", 2, 4), ("f2", 3, 2)] if step == "1" else [("f3", 4, 3)]:
+        mapped.call(_mutate, upper, seed, rounds)
+        live = mapped.call(_listing, upper)
+        store.snapshot("f", cid)
+        (store.checkpoints_dir("f") / f"{cid}.json").write_text("{}")
+        path = store.checkpoint_path("f", cid)
+        out[cid] = {"parent": mapped.call(increment.describe, path)["parent"],
+                    "version": mapped.call(_state_version, path),
+                    "changed_right_after": store.changed_since("f", cid),
+                    "reads_as_taken": _materialized(store, "f", cid) == live}
+        if cid == "f0":
+            mapped.call(_as_version_2, path)
+            out["f0_as_version_2"] = {"version": mapped.call(_state_version, path),
+                                      "changed_right_after": store.changed_since("f", cid)}
+    out["views"] = {cid: hashlib.sha256(json.dumps(_materialized(store, "f", cid)).encode()).hexdigest()
+                    for cid in store.checkpoint_ids("f")}
+    return out
+
+
 def scenario_killed(home: Path, point: str) -> dict[str, Any]:
     """A chain of three checkpoints; a deletion of the middle one (or a checkpoint, or a restore)
     killed at ``point``; then gc, and every checkpoint still listed reads as it was taken."""
@@ -538,6 +583,8 @@ def main() -> None:
         result = scenario_describe(Path(sys.argv[2]))
     elif scenario == "chain":
         result = scenario_chain(Path(sys.argv[2]), sys.argv[3])
+    elif scenario == "formats":
+        result = scenario_formats(Path(sys.argv[2]), sys.argv[3])
     elif scenario == "killed":
         result = scenario_killed(Path(sys.argv[2]), sys.argv[3])
     elif scenario == "backend":

@@ -71,3 +71,19 @@ def test_the_helpers_descriptors_miss_no_change_and_keep_no_deleted_file(ext4: P
     assert result["freed_after_checkpoint"] >= BIG * 3 // 4
     assert result["held_after_removal"] == 0
     assert result["left"] == []
+
+
+def test_a_state_of_either_format_is_a_parent(ext4: Path, test_user: TestUser) -> None:
+    """A checkpoint's state as version 2 wrote it (one marshal of every directory's entries) is still
+    a parent; version 3's (each directory's entries encoded on their own, reused from the checkpoint
+    before for the directories a walk found unchanged) reads back the same, in a new process too."""
+    home = _home(ext4, test_user, "formats")
+    first = test_user.run("formats", str(home), "1")
+    second = test_user.run("formats", str(home), "2")
+    taken = {"changed_right_after": False, "reads_as_taken": True, "version": 3}
+    assert first["f0"] == taken | {"parent": None}
+    assert first["f0_as_version_2"] == {"version": 2, "changed_right_after": False}
+    assert first["f1"] == taken | {"parent": "f0"}
+    assert first["f2"] == taken | {"parent": "f1"}
+    assert second["f3"] == taken | {"parent": "f2"}
+    assert {cid: second["views"][cid] for cid in first["views"]} == first["views"]

@@ -37,6 +37,7 @@ from typing import Any
 from hermes_sandboxes.backends.local.store import mapped
 
 PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+Blobs = dict[str, tuple[dict[str, tuple[int, int]], bytes]]  # directory -> (its entries, their marshal)
 Row = tuple[dict[str, tuple[int, int]], list[int], list[tuple[int, int]], list[tuple[int, str]]]
 _LAYERS = 8  # layers kept at most (the least recently checkpointed goes first)
 _MOST = 1 << 16  # descriptors kept at most, over every layer
@@ -58,6 +59,7 @@ class Held:
     rows: dict[str, Row] = field(default_factory=dict)
     # (the state file's identity, entries by directory, upper's own ident) of the last checkpoint
     record: tuple[tuple[int, ...], dict[str, dict[str, tuple[int, int]]], tuple[int, int]] | None = None
+    blobs: Blobs = field(default_factory=dict)  # that record's directories, each encoded (increment._encode)
 
     def open(self, dfd: int, name: str) -> int | None:
         """A new descriptor to ``name`` in directory ``dfd``, or None when the budget is spent."""
@@ -91,6 +93,7 @@ class Held:
         self.dirs.clear()
         self.rows.clear()
         self.record = None
+        self.blobs = {}
 
 
 _layers: dict[str, Held] = {}  # by layer token, the most recently used last

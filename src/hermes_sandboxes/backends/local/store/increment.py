@@ -18,7 +18,9 @@ checkpoint makes a checkpoint after a small change cost all the earlier changes 
   child in one exchange) before its record goes: every remaining checkpoint reads the same.
 
 What changed is told by ``state``, written with each checkpoint: every entry of the live layer
-then, by path, with its inode and ctime. The kernel moves an inode's ctime on every change of its
+then, by path, with its inode and ctime (version 3: each directory's entries a marshal blob of their
+own, so the helper re-encodes only the directories that changed; version 2's, one marshal of it
+all, is still read). The kernel moves an inode's ctime on every change of its
 data, metadata or names (write, truncate, chmod, chown, xattr, link, unlink, rename) and no caller
 can set it; overlay's copy-up makes a new inode. One exception: a write through a shared mapping
 moves it only when it faults, and a page already dirty and writable takes writes without a fault;
@@ -127,9 +129,29 @@ def read_state(checkpoint: Path) -> tuple[str, int, Ident, Record] | None:
         data = marshal.loads((checkpoint / STATE).read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    if not isinstance(data, dict) or data.get("v") != 2:
+    if not isinstance(data, dict) or data.get("v") not in (2, 3):
         return None
-    return data["token"], data["taken"], data["root"], data["dirs"]
+    dirs = data["dirs"]
+    if data["v"] == 3:  # each directory's entries a marshal blob of their own (_encode)
+        try:
+            dirs = {rel: marshal.loads(blob) for rel, blob in dirs.items()}
+        except (EOFError, ValueError, TypeError):
+            return None
+    return data["token"], data["taken"], data["root"], dirs
+
+
+def _encode(token: str, taken: int, root: Ident, dirs: Record, blobs: handles.Blobs) -> tuple[bytes, handles.Blobs]:
+    """A state (version 3: version 2's, each directory's entries marshalled on their own) and the
+    blobs it is made of. A directory a walk found unchanged is the very dict of the record before
+    (records are never changed in place), so its blob from ``blobs`` (the helper's, of the last
+    checkpoint) is reused: a checkpoint encodes only the directories that changed."""
+    made: handles.Blobs = {}
+    for rel, entries in dirs.items():
+        kept = blobs.get(rel)
+        made[rel] = kept if kept is not None and kept[0] is entries else (entries, marshal.dumps(entries))
+    state = {"v": 3, "token": token, "taken": taken, "root": root,
+             "dirs": {rel: blob for rel, (_, blob) in made.items()}}
+    return marshal.dumps(state), made
 
 
 def read_delta(checkpoint: Path) -> tuple[str, list[str]] | None:
@@ -142,7 +164,7 @@ def read_delta(checkpoint: Path) -> tuple[str, list[str]] | None:
 
 
 def _write_delta(checkpoint: Path, parent: str, deleted: list[str]) -> None:
-    (checkpoint / DELTA).write_text(json.dumps({"parent": parent, "deleted": deleted}))
+    _write_new(checkpoint / DELTA, json.dumps({"parent": parent, "deleted": deleted}).encode())
 
 
 def _ident(st: os.stat_result, taken: int) -> Ident:
@@ -184,9 +206,11 @@ def point_to(layer: Path, checkpoint_id: str) -> None:
     """Make ``checkpoint_id`` the layer's next parent (a symlink: replacing a file by rename
     makes ext4 write it out first, which costs more than the rest of a small checkpoint)."""
     staged = layer / f".{PARENT}-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
+    try:
+        os.symlink(checkpoint_id, staged)
+    except FileExistsError:  # left by a process of this pid that was killed here
         staged.unlink()
-    os.symlink(checkpoint_id, staged)
+        os.symlink(checkpoint_id, staged)
     staged.rename(layer / PARENT)
 
 
@@ -225,10 +249,11 @@ def checkpoint(layer: Path, staged: Path, directory: Path) -> str | None:
             dirs, deleted = _delta(os.fspath(upper), os.fspath(staged / "upper"), parent[1], parent[2], taken,
                                    upper_st, held)
             _write_delta(staged, parent[0], deleted)
-        state = {"v": 2, "token": token, "taken": taken, "root": root, "dirs": dirs}
-        written = _write_new(staged / STATE, marshal.dumps(state))
+        data, blobs = _encode(token, taken, root, dirs, held.blobs if held is not None else {})
+        written = _write_new(staged / STATE, data)
         if held is not None:
             held.record = (handles.state_identity(written), dirs, root)
+            held.blobs = blobs
         return None if parent is None else parent[0]
     except OSError as exc:
         raise _refusal(exc) from None
