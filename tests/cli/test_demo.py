@@ -23,6 +23,7 @@ def test_the_demo_passes_end_to_end_and_leaves_no_sandbox_behind(local_backend: 
     assert "command not found" in out  # git and python3 were gone ...
     assert "git version" in out and "Python 3" in out  # ... and came back
     assert "001_init.sql" in out and "002_users.sql" in out
+    assert "its base: the host's own root filesystem" in out  # root mode's default base is /
     timings = out[out.index("Timings"):]
     assert "checkpoint" in timings and "restore" in timings and " ms" in timings
     assert "Demo passed" in out

@@ -22,6 +22,9 @@ def test_the_demo_passes_as_a_normal_user(rootless_user: kit.TestUser) -> None:
     out = rootless_user.run([str(rootless_user.home / "venv" / "bin" / "hermes-sandboxes"), "demo"])
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "Demo passed" in out.stdout
+    # its base is the rootless Debian root, not the host's, and what the sandbox deleted stayed in it
+    assert "its base: /" in out.stdout and "not the host's root" in out.stdout
+    assert "/usr/bin/git is still there" in out.stdout and "/usr/bin/python3 is still there" in out.stdout
 
 
 def test_doctor_as_a_normal_user_says_rootless_and_what_is_enforced(rootless_user: kit.TestUser) -> None:

@@ -29,7 +29,7 @@ MIGRATIONS = {
                      b"UPDATE schema_version SET version = 2;\n",
 }
 BREAK = f"rm -rf {APP} /usr/bin/python3 /usr/bin/git"
-HOST_TOOLS = ("/usr/bin/git", "/usr/bin/python3")  # the sandbox's base is the host's own root
+HOST_TOOLS = ("/usr/bin/git", "/usr/bin/python3")  # deleted inside; the host's (and the base's) must stay
 STEPS = 10
 COMMAND_TIMEOUT = 120.0
 
@@ -46,6 +46,7 @@ class Demo:
         self.ui = ui
         self.break_command = break_command  # another command makes a demo that must fail (tests)
         self.session: Session | None = None
+        self.base: str | None = None  # a local sandbox's base directory, once created
         self.step = 0
         self.timings: list[tuple[str, float]] = []
 
@@ -89,13 +90,18 @@ class Demo:
 
     def _create(self) -> None:
         self._heading("Create a fresh sandbox",
-                      "Its root filesystem is the host's, seen through a copy-on-write layer: "
+                      "Its root filesystem is its base seen through a copy-on-write layer: "
                       "whatever happens inside lands in that layer only.")
         with self._timed("create", "creating the sandbox (the first one also prepares the store)…"):
             sandbox = self.backend.create_ephemeral(prefix="demo")
         self.session = Session(sandbox, self.state)
         self.session.record_create()
         self.ui.line(f"  sandbox {sandbox.name} (ephemeral: destroyed at the end, whatever happens)")
+        lower = getattr(sandbox, "lower", None)  # a local sandbox's base (a cloud one's is the service's image)
+        if isinstance(lower, str):
+            self.base = lower
+            self.ui.line("  its base: the host's own root filesystem" if lower == "/" else
+                         f"  its base: {lower} (a tree of its own, not the host's root)")
 
     def _build_app(self) -> None:
         self._heading("Build a small app: two migrations in a git repository",
@@ -171,6 +177,12 @@ class Demo:
             self.ui.line(f"    {one_line(done.stdout + done.stderr, 100)}", style="dim")
             if done.returncode != 0:
                 raise DemoFailed(f"the host's {tool} failed (exit {done.returncode})")
+        if self.base is not None and self.base != "/":  # the base under the sandbox's layer kept them too
+            for tool in HOST_TOOLS:
+                kept = os.path.join(self.base, tool.lstrip("/"))
+                if not os.path.lexists(kept):
+                    raise DemoFailed(f"the base lost {tool}: {kept} is gone")
+                self.ui.line(f"  base: {kept} is still there", style="dim")
         self.ui.line("  the host is untouched", style="green")
 
     def _destroy(self) -> str | None:
