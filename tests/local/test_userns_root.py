@@ -192,6 +192,15 @@ def test_the_namespace_holder_shares_our_memory_and_waits_until_killed() -> None
             pytest.skip("a kernel without kcmp")
         assert same == 0, "a copy of our memory (a fork): its page tables cost a Python process's"
         assert os.waitpid(pid, os.WNOHANG) == (0, 0), "it did not wait"
+        # it blocks every signal: one sent to it stays pending and it waits on (SIGUSR1 would end it)
+        os.kill(pid, signal.SIGUSR1)
+        pending = 0  # the thread's and the process's pending sets (kill() queues on the latter)
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("SigPnd:", "ShdPnd:")):
+                    pending |= int(line.split()[1], 16)
+        assert pending & (1 << (signal.SIGUSR1 - 1)), "SIGUSR1 was not held pending: not blocked"
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "a signal ended its wait"
     finally:
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -213,11 +214,19 @@ def clone_paused(flags: int) -> tuple[int, ctypes.Array[ctypes.c_char]]:
     copied on write afterwards. It runs no Python and no cancellable libc wrapper (those would
     write this thread's descriptor, which it shares): libc's plain syscall(SYS_pause) on a stack
     of its own. Returns its pid (reaped as a child, SIGCHLD) and that stack, which must be kept
-    until it is reaped. OSError where this cannot be done (an architecture without pause())."""
+    until it is reaped. OSError where this cannot be done (an architecture without pause()).
+    It blocks every signal."""
     pause = ctypes.c_void_p(_syscall_number(_SYS_PAUSE))
     stack = ctypes.create_string_buffer(_HOLDER_STACK)
     top = ctypes.c_void_p((ctypes.addressof(stack) + _HOLDER_STACK) & ~15)
-    pid: int = _clone(_SYSCALL, top, ctypes.c_int(flags | CLONE_VM | _SIGCHLD), pause)
+    # every signal blocked for the clone, which inherits the mask: a handler of ours run in it
+    # (Python's C handler calls write(), a cancellable wrapper) would end its pause and set our
+    # pending-signal flags; only SIGKILL ends it
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid: int = _clone(_SYSCALL, top, ctypes.c_int(flags | CLONE_VM | _SIGCHLD), pause)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
