@@ -177,19 +177,6 @@ def test_a_forked_child_takes_its_own_lock(tmp_path: Path) -> None:
     assert all(line.startswith(b"{") for line in journal.path.read_bytes().split(b"\n")[:-1])
 
 
-def _descriptors_of(path: Path) -> int:
-    return sum(1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == str(path))
-
-
-def test_a_journal_dropped_without_close_gives_its_descriptor_back(tmp_path: Path) -> None:
-    path = tmp_path / "j.jsonl"
-    journal = Journal(path, durable=False)
-    journal.append(exec_record("one record, as a one-off fork's create is"))
-    assert _descriptors_of(path) == 1  # appends keep it open
-    del journal  # (CPython: the last reference goes now)
-    assert _descriptors_of(path) == 0
-
-
 def test_a_new_journal_file_is_private_to_its_owner(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "deep" / "dir" / "j.jsonl")
     journal.append(CreateRecord(sandbox="box"))

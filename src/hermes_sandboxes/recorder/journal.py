@@ -171,16 +171,6 @@ class Journal:
                 os.close(self._fd)
             self._fd = None
 
-    def __del__(self) -> None:
-        # a journal dropped without close() gives its descriptor back: a one-off record in a
-        # long-lived process (a Hermes chat or gateway, the MCP server) would otherwise leak it
-        fd = self.__dict__.get("_fd")
-        if fd is not None and self.__dict__.get("_fd_pid") == os.getpid():
-            try:  # noqa: SIM105 - the recorder stays import-light (no contextlib)
-                os.close(fd)
-            except OSError:
-                pass
-
     def __enter__(self) -> Journal:
         return self
 
